@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the pinned Kubernetes control plane, etcd, kubectl and helm from the Go modules under hack/tools/, and
+# copies the upstream CRD manifests (JobSet, Kueue, scheduler-plugins PodGroup) and the apiserver's OpenAPI v3
+# documents out of the Go module cache. Everything lands in a cache directory outside the repo:
+#   ${TRAINGUARD_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/bin/<version>}
+# Idempotent: whatever is already there is skipped. Prints the directory as its last line.
+#
+# usage: hack/build-tools.sh [all|control-plane|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
+#        kube-scheduler kubectl etcd helm crds openapi; default: all)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=hack/versions.sh
+source "$here/versions.sh"
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "build-tools: Go is not installed (need go >= 1.25 on PATH); install it from your distribution or https://go.dev/dl/" >&2
+  exit 1
+fi
+
+bin_dir=$(trainguard_bin_dir)
+mkdir -p "$bin_dir"
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath" GOTOOLCHAIN=local
+
+log() { printf 'build-tools: %s\n' "$*" >&2; }
+
+# build MODULE_DIR OUTPUT PACKAGE: go build one command into the cache, timing it.
+build() {
+  local mod=$1 out=$2 pkg=$3
+  if [[ -x "$bin_dir/$out" ]]; then log "$out: cached"; return; fi
+  log "$out: building $pkg (module hack/tools/$mod) ..."
+  local start=$SECONDS
+  (cd "$here/tools/$mod" && go build -ldflags='-s -w' -o "$bin_dir/$out.tmp" "$pkg")
+  mv "$bin_dir/$out.tmp" "$bin_dir/$out"
+  log "$out: built in $((SECONDS - start)) s"
+}
+
+# module_dir MODULE_DIR MODULE_PATH: where the Go module cache holds the version MODULE_DIR's go.mod pins.
+module_dir() {
+  (cd "$here/tools/$1" && go mod download -json "$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+}
+
+copy_crds() {
+  local dest=$bin_dir/crds
+  if [[ -f "$dest/.complete" ]]; then log "crds: cached"; return; fi
+  log "crds: copying upstream CRDs from the Go module cache ..."
+  rm -rf "$dest" && mkdir -p "$dest/jobset" "$dest/kueue" "$dest/scheduler-plugins"
+  local d
+  d=$(module_dir crds sigs.k8s.io/jobset)
+  cp "$d"/config/components/crd/bases/*.yaml "$dest/jobset/"
+  d=$(module_dir crds sigs.k8s.io/kueue)
+  cp "$d"/config/components/crd/bases/*.yaml "$dest/kueue/"
+  d=$(module_dir crds sigs.k8s.io/scheduler-plugins)
+  cp "$d"/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml "$dest/scheduler-plugins/"
+  chmod -R u+w "$dest"
+  touch "$dest/.complete"
+}
+
+copy_openapi() {
+  local dest=$bin_dir/openapi
+  if [[ -f "$dest/.complete" ]]; then log "openapi: cached"; return; fi
+  log "openapi: copying the apiserver's OpenAPI v3 documents from k8s.io/kubernetes ..."
+  rm -rf "$dest" && mkdir -p "$dest"
+  local d
+  d=$(module_dir kubernetes k8s.io/kubernetes)
+  cp "$d"/api/openapi-spec/v3/api__v1_openapi.json "$dest/"
+  chmod -R u+w "$dest"
+  touch "$dest/.complete"
+}
+
+one() {
+  case $1 in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) build kubernetes "$1" "k8s.io/kubernetes/cmd/$1" ;;
+    etcd) build etcd etcd . ;;
+    helm) build helm helm helm.sh/helm/v3/cmd/helm ;;
+    crds) copy_crds ;;
+    openapi) copy_openapi ;;
+    *) echo "build-tools: unknown tool '$1'" >&2; exit 2 ;;
+  esac
+}
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(all)
+total_start=$SECONDS
+for t in "${targets[@]}"; do
+  case $t in
+    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler; do one "$x"; done ;;
+    control-plane) for x in etcd kube-apiserver kubectl crds openapi; do one "$x"; done ;;
+    *) one "$t" ;;
+  esac
+done
+log "done in $((SECONDS - total_start)) s"
+echo "$bin_dir"

@@ -1,0 +1,71 @@
+"""The ``trainguard`` command.
+
+Subcommands are discovered through the ``trainguard.commands`` entry-point group (see pyproject.toml): each
+entry point is ``configure(parser) -> run``, where ``run(args) -> int`` is the exit status. Discovery keeps the
+dependency direction: ``controller`` registers its own commands and ``webhook`` never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+from typing import Callable, Sequence
+
+import webhook
+
+Run = Callable[[argparse.Namespace], int]
+
+# Shown in this order in --help; anything else registered comes after, sorted.
+_ORDER = ("webhook", "controller", "render", "cache-agent", "version")
+
+
+def configure_version(parser: argparse.ArgumentParser) -> Run:
+    parser.description = "Print the trainguard version."
+
+    def run(args: argparse.Namespace) -> int:
+        print(f"trainguard {webhook.__version__}")
+        return 0
+
+    return run
+
+
+def not_implemented(name: str) -> Run:
+    def run(args: argparse.Namespace) -> int:
+        print(f"trainguard {name}: not implemented yet", file=sys.stderr)
+        return 3
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainguard",
+        description="Admission webhooks, policy engine and reconciler for Kubeflow Trainer TrainJobs.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainguard {webhook.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    found = {ep.name: ep for ep in entry_points(group="trainguard.commands")}
+    for name in sorted(found, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n)):
+        sp = sub.add_parser(name, help=_summary(found[name].value))
+        sp.set_defaults(run=found[name].load()(sp))
+    return parser
+
+
+def _summary(target: str) -> str:
+    return {
+        "webhook.admission.main:configure": "serve the validating and mutating admission webhooks (HTTPS)",
+        "controller.reconcile.main:configure": "run the TrainJob reconciler",
+        "webhook.render:configure": "run admission and the JobSet build on files, offline",
+        "controller.cache.main:configure": "run the node-local dataset cache agent",
+        "webhook.cli:configure_version": "print the version",
+    }.get(target, "")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
