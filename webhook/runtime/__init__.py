@@ -1,1 +1,53 @@
-"""webhook/runtime."""
+"""The runtime framework: TrainJob + runtime -> effective job -> the objects the reconciler applies.
+
+This is trainguard's re-implementation of Kubeflow Trainer v2.3's runtime framework (reference §3). The mutating
+webhook and the reconciler both call it, so the job a policy reasons about is exactly the job that gets built.
+Everything here is pure: inputs are JSON dicts (or ``webhook.api`` models, which are dumped to dicts at the door),
+outputs are new dicts; nothing reads the network, the clock or globals. Randomness (MPI SSH keys, Flux CURVE
+certificates) is injected through ``KeySource`` so a build is a function of its arguments.
+
+Public API (stable; the policy engine, the reconciler and ``trainguard render`` code against it)::
+
+    effective_job(trainjob, runtime) -> EffectiveJob
+        The merged JobSet spec (runtime template ⊕ runtimePatches ⊕ trainer overrides ⊕ ML/pod-group policy
+        enforcement ⊕ trainguard extras) plus its pod sets. ``EffectiveJob`` fields:
+          name, namespace, labels, annotations      JobSet metadata (template.metadata ∪ patches' metadata)
+          spec                                      the JobSet spec exactly as it will be applied
+          pod_sets: tuple[PodSet, ...]              one per replicatedJob, template order
+          ml_policy: str                            "torch" | "mpi" | "jax" | "xgboost" | "flux" | "plain"
+          pod_group_policy: str | None              "coscheduling" | "volcano" | None
+          trainer_jobs: tuple[str, ...]             replicatedJob names that run the trainer (topology target)
+          num_nodes: int                            pods of the node pod set
+          gpus_per_node: int                        GPUs one node pod requests (merged view, not raw override)
+          total_gpus: int                           Σ over pod sets of GPUs per pod × count
+        ``PodSet`` fields: name, ancestor (str | None), count, requests (dict[str, Decimal], one pod, limits
+        default missing requests), gpus (per pod), containers / init_containers (names).
+
+    validate_trainjob(trainjob, old_trainjob, runtime, jobset, *, priority_classes=None)
+            -> tuple[list[FieldError], list[str]]
+        Reference §2.5 from item 4 on: initializer checks, runtimePatches checks (domain-prefixed manager,
+        targets exist, no env on reserved containers, update only while suspended, not while a replicated job
+        is active), Torch (+torchtune), MPI, XGBoost, Flux, Volcano. ``old_trainjob`` is None on CREATE;
+        ``jobset`` is the live JobSet or None; ``priority_classes`` is the set of PriorityClass names
+        (None: unknown, the Volcano existence check is skipped). Returns (errors, warnings); render errors
+        with ``webhook.field.aggregate``.
+
+    build_objects(trainjob, runtime, *, keys, existing=ExistingObjects(), dataset_cache=None) -> list[dict]
+        Every object the reconciler server-side-applies, in order: JobSet (omitted when it is running:
+        existing and both suspends false), MPI SSH Secret (only when ``existing.mpi_ssh_secret`` is False),
+        MPI hostfile ConfigMap, PodGroup (coscheduling/volcano; omitted when it exists and the TrainJob is not
+        suspended), Flux entrypoint ConfigMap and CURVE Secret (Secret only when not existing). All carry one
+        controller ownerReference to the TrainJob. ``keys``: ``placeholder_keys()`` for render,
+        ``generated_keys()`` for the reconciler. ``dataset_cache``: the DatasetCache named by annotation
+        ``trainguard.io/dataset-cache`` (required when the annotation is present).
+
+    build_runtime_snapshot(trainjob, runtime) -> dict          ConfigMap ``<job>-runtime-snapshot``, key ``runtime``
+    runtime_from_snapshot(configmap, trainjob) -> dict         raises ``InvalidRuntimeSnapshot``
+
+    BuildError(ValueError)     a TrainJob/runtime pair that cannot produce objects (message says why)
+
+Lower-level pieces, one concept per module: ``merge`` (strategic merge, patches, trainer overrides),
+``resources`` (quantities, pod requests, GPU counting), ``effective`` (the pipeline), ``torch``/``torchtune``/
+``mpi``/``jax``/``xgboost``/``flux``/``plain`` (ML policies), ``coscheduling``/``volcano`` (pod groups),
+``jobset`` (assembly and the JobSet-level validation), ``snapshot``, ``keys``, ``extras`` (trainguard effects).
+"""
