@@ -1,0 +1,65 @@
+"""Stamping ``spec.runtimePatches[].time``: the only thing upstream's TrainJob mutating webhook does (§2.4).
+
+A patch's time tells Kueue and people when its content last changed, so it must move only when the content moves:
+
+* CREATE: every entry without a time gets ``now``; a client-supplied time is kept.
+* UPDATE, per new entry, by ``manager``:
+  - an old entry exists and is equal ignoring ``time`` -> the OLD time (whatever the client sent);
+  - an old entry exists and differs -> ``now`` (even if the client sent a time);
+  - no old entry -> the client's time if given, else ``now``.
+
+Pure: the clock is the ``now`` argument. Idempotent: stamping a stamped object with the same ``now`` (and the
+same old object) changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any
+
+Object = dict[str, Any]
+
+
+def format_time(now: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as ``metav1.Time`` serialises."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _without_time(entry: Any) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    return {k: v for k, v in entry.items() if k != "time"}
+
+
+def _patches(obj: Object | None) -> list[Any]:
+    if not obj:
+        return []
+    patches = (obj.get("spec") or {}).get("runtimePatches") or []
+    return patches if isinstance(patches, list) else []
+
+
+def stamp_runtime_patches(obj: Object, old_obj: Object | None, now: datetime) -> Object:
+    """Return a copy of the TrainJob ``obj`` with runtimePatch times set as upstream's defaulter sets them."""
+    patches = _patches(obj)
+    if not patches:
+        return obj
+    stamp = format_time(now)
+    old_by_manager = {
+        p.get("manager"): p for p in _patches(old_obj) if isinstance(p, dict) and p.get("manager") is not None
+    }
+    result = copy.deepcopy(obj)
+    for entry in result["spec"]["runtimePatches"]:
+        if not isinstance(entry, dict):
+            continue
+        old = old_by_manager.get(entry.get("manager")) if old_obj is not None else None
+        if old is None:
+            if not entry.get("time"):
+                entry["time"] = stamp
+        elif _without_time(old) == _without_time(entry):
+            entry["time"] = old.get("time") or stamp
+        else:
+            entry["time"] = stamp
+    return result
