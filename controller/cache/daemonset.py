@@ -1,0 +1,390 @@
+"""DatasetCache -> the objects that run its cache agents, and the status computed back from them.
+
+Pure functions (no I/O, no clock: ``now`` comes in) that the reconciler calls:
+
+* ``build_daemonset(cache, image=...)``: one agent pod per selected node.
+* ``build_agent_rbac(cache)``: the ServiceAccount/Role/RoleBinding the agents use to report residency.
+* ``compute_status(cache, daemonset, pods, now=...)``: ``status`` for the DatasetCache.
+
+How agents report bytes resident: each agent patches two annotations on its **own Pod**
+(``trainguard.io/cache-bytes-resident``: decimal bytes of its shards resident in the page cache, measured with
+mincore; ``trainguard.io/cache-warm``: ``"true"`` once its warm set was resident) every few seconds when the
+value changes. The pod name comes from the downward API. ``compute_status`` sums the ready pods' figures. Why
+annotations rather than scraping ``/metrics``: the reconciler then needs only the pod list it already watches,
+no network path to every node. The price is a Role allowing ``get``/``patch`` on pods in the cache's namespace
+(Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated).
+
+Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
+the shards, so they are charged to the agent's pod; requesting ``memoryBudget + overhead`` makes the scheduler
+reserve that memory, and the equal limit makes the kernel reclaim the agent's cache pages (not other pods'
+memory) when the budget is exceeded. Page cache is reclaimable, so the limit never OOM-kills the agent for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from webhook.api.quantity import QuantityError, parse_quantity
+from webhook.runtime.dataset_cache import SOCKET_FILENAME, socket_host_directory
+
+AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
+AGENT_HTTP_PORT = 9108
+AGENT_OVERHEAD_BYTES = 128 * 1024 * 1024  # interpreter, index, connection buffers
+DATA_MOUNT_PATH = "/data"
+SOCKET_DIR_IN_POD = "/run/trainguard-cache"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+ANNOTATION_BYTES_RESIDENT = "trainguard.io/cache-bytes-resident"
+ANNOTATION_WARM = "trainguard.io/cache-warm"
+LABEL_CACHE = "trainguard.io/dataset-cache"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+COMPONENT = "dataset-cache-agent"
+
+DEFAULT_API_VERSION = "trainguard.io/v1alpha1"
+
+
+class DatasetCacheSpecError(ValueError):
+    """The DatasetCache cannot be turned into a DaemonSet; the message names the field."""
+
+
+@dataclass(frozen=True)
+class CacheSource:
+    """Where the shards live on the node: exactly one of a hostPath directory or a PVC, plus a sub-path."""
+
+    host_path: str | None
+    claim_name: str | None
+    sub_path: str
+    shard_glob: str
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The fields of a DatasetCache the agent DaemonSet depends on, parsed once."""
+
+    name: str
+    namespace: str
+    uid: str
+    api_version: str
+    source: CacheSource
+    memory_budget_bytes: int
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict, ...] = ()
+    priority_class_name: str | None = None
+
+
+def cache_spec(cache: Any) -> CacheSpec:
+    """Parse a DatasetCache (the API model, or its wire dict) into ``CacheSpec``; raise on a missing field.
+
+    Accepts the pydantic model from ``webhook.api`` through ``model_dump(by_alias=True)`` so the builder works
+    on the same wire shape either way.
+    """
+    obj: Mapping[str, Any] = (
+        cache.model_dump(by_alias=True, exclude_none=True) if hasattr(cache, "model_dump") else cache
+    )
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not name or not namespace:
+        raise DatasetCacheSpecError("metadata.name and metadata.namespace are required")
+    source = spec.get("source") or {}
+    host = source.get("hostPath")
+    host_path = host.get("path") if isinstance(host, Mapping) else host
+    pvc = source.get("persistentVolumeClaim") or source.get("pvc")
+    claim = pvc.get("claimName") if isinstance(pvc, Mapping) else pvc
+    if bool(host_path) == bool(claim):
+        raise DatasetCacheSpecError(
+            "spec.source: exactly one of hostPath or persistentVolumeClaim must be set"
+        )
+    if host_path and not str(host_path).startswith("/"):
+        raise DatasetCacheSpecError(f"spec.source.hostPath: {host_path!r} must be an absolute path")
+    sub_path = str(source.get("path") or spec.get("path") or "").strip("/")
+    if ".." in sub_path.split("/"):
+        raise DatasetCacheSpecError(f"spec.source.path: {sub_path!r} must not contain '..'")
+    glob = source.get("shardGlob") or spec.get("shardGlob") or source.get("shards") or "**/*"
+    budget_raw = spec.get("memoryBudget")
+    if budget_raw is None:
+        raise DatasetCacheSpecError("spec.memoryBudget is required")
+    try:
+        budget = parse_quantity(budget_raw).value()
+    except QuantityError as exc:
+        raise DatasetCacheSpecError(f"spec.memoryBudget: {exc}") from exc
+    if budget < 0:
+        raise DatasetCacheSpecError("spec.memoryBudget must not be negative")
+    return CacheSpec(
+        name=name,
+        namespace=namespace,
+        uid=meta.get("uid") or "",
+        api_version=obj.get("apiVersion") or DEFAULT_API_VERSION,
+        source=CacheSource(host_path=host_path, claim_name=claim, sub_path=sub_path, shard_glob=str(glob)),
+        memory_budget_bytes=budget,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        tolerations=tuple(spec.get("tolerations") or ()),
+        priority_class_name=spec.get("priorityClassName") or None,
+    )
+
+
+def agent_name(cache_name: str) -> str:
+    """Name of the DaemonSet, ServiceAccount and Role for a cache; also a valid label value (<= 63)."""
+    return _bounded(f"trainguard-cache-{cache_name}", 63)
+
+
+def selector_labels(cache_name: str) -> dict[str, str]:
+    """The labels selecting a cache's agent pods (the DaemonSet selector; immutable once created)."""
+    return {LABEL_COMPONENT: COMPONENT, LABEL_CACHE: _bounded(cache_name, 63)}
+
+
+def build_daemonset(
+    cache: Any,
+    *,
+    image: str,
+    image_pull_policy: str = "IfNotPresent",
+    report_to_pod: bool = True,
+) -> dict:
+    """The DaemonSet running ``cache``'s agents (see the module docstring for the choices)."""
+    spec = cache_spec(cache)
+    name = agent_name(spec.name)
+    labels = selector_labels(spec.name)
+    memory = str(spec.memory_budget_bytes + AGENT_OVERHEAD_BYTES)
+    root = DATA_MOUNT_PATH + (f"/{spec.source.sub_path}" if spec.source.sub_path else "")
+    args = [
+        "cache-agent",
+        f"--root={root}",
+        f"--glob={spec.source.shard_glob}",
+        f"--socket={SOCKET_DIR_IN_POD}/{SOCKET_FILENAME}",
+        f"--memory-budget={spec.memory_budget_bytes}",
+        f"--http-port={AGENT_HTTP_PORT}",
+        f"--dataset={spec.name}",
+    ]
+    if report_to_pod:
+        args.append("--report-to-pod")
+    if spec.source.host_path:
+        data_volume = {"name": "data", "hostPath": {"path": spec.source.host_path, "type": "Directory"}}
+    else:
+        data_volume = {
+            "name": "data",
+            "persistentVolumeClaim": {"claimName": spec.source.claim_name, "readOnly": True},
+        }
+    socket_volume = {
+        "name": "socket",
+        "hostPath": {"path": socket_host_directory(spec.namespace, spec.name), "type": "DirectoryOrCreate"},
+    }
+    agent = {
+        "name": "agent",
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["trainguard"],
+        "args": args,
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        ],
+        "ports": [{"name": "http", "containerPort": AGENT_HTTP_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}},
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_MOUNT_PATH, "readOnly": True},
+            {"name": "socket", "mountPath": SOCKET_DIR_IN_POD},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 1,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": AGENT_UID,
+            "runAsGroup": AGENT_UID,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    # The kubelet creates the hostPath socket directory owned by root; the agent runs as AGENT_UID and must
+    # create its socket there. This init container does only that chown, as root with CAP_CHOWN alone.
+    prepare = {
+        "name": "socket-dir",
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["trainguard"],
+        "args": [
+            "cache-agent",
+            f"--prepare-socket-dir={SOCKET_DIR_IN_POD}",
+            f"--owner-uid={AGENT_UID}",
+        ],
+        "volumeMounts": [{"name": "socket", "mountPath": SOCKET_DIR_IN_POD}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+    }
+    tolerations = [GPU_TOLERATION] + [t for t in spec.tolerations if t != GPU_TOLERATION]
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": name,
+        "automountServiceAccountToken": report_to_pod,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [prepare],
+        "containers": [agent],
+        "volumes": [data_volume, socket_volume],
+        "tolerations": tolerations,
+        "terminationGracePeriodSeconds": 10,
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": dict(labels),
+            "ownerReferences": [_owner_reference(spec)],
+        },
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+        },
+    }
+
+
+def build_agent_rbac(cache: Any) -> list[dict]:
+    """ServiceAccount, Role (get/patch pods) and RoleBinding the agents use to annotate their own Pod."""
+    spec = cache_spec(cache)
+    name = agent_name(spec.name)
+    labels = selector_labels(spec.name)
+    meta = {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": dict(labels),
+        "ownerReferences": [_owner_reference(spec)],
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": dict(meta),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": spec.namespace}],
+        },
+    ]
+
+
+def compute_status(
+    cache: Any,
+    daemonset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+    previous: Mapping[str, Any] | None = None,
+) -> dict:
+    """``status`` of a DatasetCache from its DaemonSet and agent pods.
+
+    ``nodesReady`` counts agent pods that are Ready (readiness = warm set resident); ``bytesResident`` sums the
+    annotation each ready agent writes. Pods not selected by this cache's labels are ignored, so the caller may
+    pass a namespace-wide list. The Ready condition keeps its ``lastTransitionTime`` from ``previous`` unless its
+    status changed.
+    """
+    spec = cache_spec(cache)
+    wanted = selector_labels(spec.name)
+    desired = int(((daemonset or {}).get("status") or {}).get("desiredNumberScheduled") or 0)
+    ready_nodes = 0
+    resident = 0
+    unreported = 0
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in wanted.items()):
+            continue
+        if not _pod_ready(pod):
+            continue
+        ready_nodes += 1
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_BYTES_RESIDENT)
+        try:
+            resident += max(0, int(raw))
+        except (TypeError, ValueError):
+            unreported += 1
+    if daemonset is None:
+        cond_status, reason, message = "False", "DaemonSetMissing", "the agent DaemonSet does not exist yet"
+    elif desired == 0:
+        cond_status, reason, message = "False", "NoNodesSelected", "no node matches the cache's nodeSelector"
+    elif ready_nodes >= desired:
+        cond_status, reason, message = "True", "Warm", f"{ready_nodes}/{desired} nodes have the warm set resident"
+    else:
+        cond_status, reason = "False", "Warming"
+        message = f"{ready_nodes}/{desired} nodes have the warm set resident"
+    if unreported:
+        message += f"; {unreported} ready agent(s) have not reported bytes resident yet"
+    transition = _format_time(now)
+    for old in (previous or {}).get("conditions") or []:
+        if old.get("type") == "Ready" and old.get("status") == cond_status and old.get("lastTransitionTime"):
+            transition = old["lastTransitionTime"]
+    meta = (cache.model_dump(by_alias=True) if hasattr(cache, "model_dump") else cache).get("metadata") or {}
+    status: dict[str, Any] = {
+        "nodesDesired": desired,
+        "nodesReady": ready_nodes,
+        "bytesResident": resident,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": cond_status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": transition,
+            }
+        ],
+    }
+    if meta.get("generation") is not None:
+        status["observedGeneration"] = meta["generation"]
+    return status
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def _owner_reference(spec: CacheSpec) -> dict:
+    return {
+        "apiVersion": spec.api_version,
+        "kind": "DatasetCache",
+        "name": spec.name,
+        "uid": spec.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _bounded(text: str, limit: int) -> str:
+    """``text`` if it fits, else a prefix plus a short hash, so long names stay unique and valid."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def _format_time(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

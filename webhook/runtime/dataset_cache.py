@@ -1,0 +1,145 @@
+"""Wiring a TrainJob's JobSet to a node-local dataset cache (issue 7).
+
+A TrainJob opts in with the annotation ``trainguard.io/dataset-cache: <name>``. The cache agent of that
+DatasetCache (a DaemonSet built by ``controller.cache.daemonset``) listens on a Unix socket inside a per-cache
+host directory; this module mounts that directory read-only into the trainer containers and tells the training
+code where the socket is. The host-path convention lives here, not in ``controller/``, because both sides need
+it and ``webhook/`` must never import ``controller/``.
+
+Pure: no I/O, no clock. The input JobSet is never mutated; applying the wiring twice gives the same JobSet.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Mapping
+
+from webhook.field import FieldError, aggregate, invalid, required
+
+DATASET_CACHE_ANNOTATION = "trainguard.io/dataset-cache"
+
+# Host side: one directory per DatasetCache, so two caches (or two namespaces) never share a socket, and a pod
+# mounting one cache's directory cannot reach another cache's agent.
+SOCKET_HOST_ROOT = "/var/run/trainguard/cache"
+SOCKET_FILENAME = "agent.sock"
+
+# Container side: a fixed path, so training code and images need not know namespace or cache name.
+SOCKET_MOUNT_PATH = "/var/run/trainguard/cache"
+SOCKET_VOLUME_NAME = "trainguard-dataset-cache"
+
+ENV_CACHE_SOCKET = "TRAINGUARD_CACHE_SOCKET"
+ENV_DATASET = "TRAINGUARD_DATASET"
+
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_CONTAINER = "node"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class DatasetCacheWiringError(ValueError):
+    """The TrainJob, the DatasetCache and the JobSet do not fit together; ``errors`` holds each reason."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__(aggregate(errors))
+
+
+def socket_host_directory(namespace: str, name: str) -> str:
+    """The node directory holding the agent socket of DatasetCache ``namespace/name``.
+
+    Namespace and name are DNS labels / subdomains, so they cannot contain ``/`` or ``..``; we still refuse
+    anything else rather than build a host path from it.
+    """
+    for what, value in (("namespace", namespace), ("name", name)):
+        if not value or "/" in value or value in (".", "..") or "\x00" in value:
+            raise ValueError(f"dataset cache {what} {value!r} cannot be used in a host path")
+    return f"{SOCKET_HOST_ROOT}/{namespace}/{name}"
+
+
+def referenced_cache_name(trainjob: Mapping[str, Any]) -> str | None:
+    """The DatasetCache a TrainJob opts into, or None when it does not carry the annotation."""
+    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(DATASET_CACHE_ANNOTATION)
+    return value if value else None
+
+
+def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache: Mapping[str, Any]) -> dict:
+    """Return a copy of ``jobset`` whose trainer containers can reach ``dataset_cache``'s agent.
+
+    For every replicatedJob that is the trainer ancestor (label ``trainer.kubeflow.org/trainjob-ancestor-step:
+    trainer``) or is named ``node`` (MPI workers), the pod gets a read-only hostPath volume of the cache's socket
+    directory and its ``node`` container gets the mount plus ``TRAINGUARD_CACHE_SOCKET`` and
+    ``TRAINGUARD_DATASET``. Volumes are upserted by name, mounts by mountPath and env by name, so the result is
+    idempotent. Raises ``DatasetCacheWiringError`` when the TrainJob does not reference this cache, the namespaces
+    differ, or no trainer container exists.
+    """
+    errors: list[FieldError] = []
+    tj_meta = trainjob.get("metadata") or {}
+    dc_meta = dataset_cache.get("metadata") or {}
+    cache_name = dc_meta.get("name") or ""
+    cache_namespace = dc_meta.get("namespace") or ""
+    referenced = referenced_cache_name(trainjob)
+    annotation_path = f"metadata.annotations[{DATASET_CACHE_ANNOTATION}]"
+    if referenced is None:
+        errors.append(required(annotation_path, "the TrainJob does not opt into a dataset cache"))
+    elif referenced != cache_name:
+        errors.append(invalid(annotation_path, referenced, f"does not name the DatasetCache {cache_name!r}"))
+    if cache_namespace != (tj_meta.get("namespace") or ""):
+        errors.append(
+            invalid("metadata.namespace", cache_namespace, "the DatasetCache must be in the TrainJob's namespace")
+        )
+    if not _DNS_LABEL.match(cache_namespace or "-") or not cache_name or "/" in cache_name:
+        errors.append(invalid("metadata", f"{cache_namespace}/{cache_name}", "not a valid DatasetCache name"))
+    if errors:
+        raise DatasetCacheWiringError(errors)
+
+    host_dir = socket_host_directory(cache_namespace, cache_name)
+    volume = {"name": SOCKET_VOLUME_NAME, "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}}
+    mount = {"name": SOCKET_VOLUME_NAME, "mountPath": SOCKET_MOUNT_PATH, "readOnly": True}
+    env = [
+        {"name": ENV_CACHE_SOCKET, "value": f"{SOCKET_MOUNT_PATH}/{SOCKET_FILENAME}"},
+        {"name": ENV_DATASET, "value": cache_name},
+    ]
+
+    wired = copy.deepcopy(jobset)
+    found = False
+    for index, rjob in enumerate((wired.get("spec") or {}).get("replicatedJobs") or []):
+        if not _is_trainer_job(rjob):
+            continue
+        pod_spec = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        pod_spec = pod_spec.setdefault("spec", {})
+        containers = [c for c in pod_spec.get("containers") or [] if c.get("name") == TRAINER_CONTAINER]
+        if not containers:
+            continue
+        found = True
+        _upsert(pod_spec.setdefault("volumes", []), volume, key="name")
+        for container in containers:
+            _upsert(container.setdefault("volumeMounts", []), mount, key="mountPath")
+            for var in env:
+                _upsert(container.setdefault("env", []), var, key="name")
+    if not found:
+        raise DatasetCacheWiringError(
+            [
+                invalid(
+                    "spec.replicatedJobs",
+                    None,
+                    f"no trainer container {TRAINER_CONTAINER!r} to wire the dataset cache {cache_name!r} into",
+                )
+            ]
+        )
+    return wired
+
+
+def _is_trainer_job(rjob: Mapping[str, Any]) -> bool:
+    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(ANCESTOR_LABEL) == "trainer" or rjob.get("name") == TRAINER_CONTAINER
+
+
+def _upsert(items: list, item: Mapping[str, Any], *, key: str) -> None:
+    """Replace the entry with the same ``key`` in place (keeping order), else append; as upstream's builder does."""
+    for i, existing in enumerate(items):
+        if existing.get(key) == item[key]:
+            items[i] = copy.deepcopy(dict(item))
+            return
+    items.append(copy.deepcopy(dict(item)))
