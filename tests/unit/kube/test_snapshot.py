@@ -1,0 +1,97 @@
+"""ClusterCaches: the seven ClusterSnapshot fields built from informers, rebuilt only when a cache changed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from webhook.kube import resources as r
+from webhook.kube.informer import Backoff
+from webhook.kube.snapshot import ClusterCaches
+
+from fake_source import FakeSource, ev, obj
+
+
+class PerResourceSource:
+    """Routes list/watch calls to one FakeSource per resource plural."""
+
+    def __init__(self) -> None:
+        self.by_plural: dict[str, FakeSource] = {}
+
+    def of(self, resource: r.Resource) -> FakeSource:
+        return self.by_plural.setdefault(resource.plural, FakeSource())
+
+    async def list_all(self, resource: r.Resource, *a: Any, **kw: Any):
+        return await self.of(resource).list_all(resource, *a, **kw)
+
+    def watch(self, resource: r.Resource, *a: Any, **kw: Any):
+        return self.of(resource).watch(resource, *a, **kw)
+
+
+def scripted() -> PerResourceSource:
+    src = PerResourceSource()
+    src.of(r.TRAINING_RUNTIMES).lists.append(([obj("torch", "1", "team-a", spec={"k": 1})], "1"))
+    src.of(r.CLUSTER_TRAINING_RUNTIMES).lists.append(([obj("torch-distributed", "2")], "2"))
+    src.of(r.TRAINJOB_POLICIES).lists.append(([obj("limits", "3")], "3"))
+    src.of(r.NAMESPACES).lists.append(([obj("team-a", "4", meta={"labels": {"tier": "gold"}}, spec={"finalizers": ["kubernetes"]})], "4"))
+    src.of(r.DATASET_CACHES).lists.append(([obj("imagenet", "5", "team-a")], "5"))
+    src.of(r.JOBSETS).lists.append(([obj("job", "6", "team-a", status={"replicatedJobsStatus": []})], "6"))
+    src.of(r.PRIORITY_CLASSES).lists.append(([obj("high", "7"), obj("low", "8")], "8"))
+    return src
+
+
+async def test_snapshot_fields_come_from_the_caches() -> None:
+    src = scripted()
+    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    assert not caches.synced
+    caches.start()
+    await asyncio.wait_for(caches.wait_synced(), 10)
+    snap = caches.snapshot()
+    await caches.stop()
+    assert caches.synced and all(caches.sync_state().values())
+    assert snap.training_runtimes[("team-a", "torch")]["spec"] == {"k": 1}
+    assert set(snap.cluster_training_runtimes) == {"torch-distributed"}
+    assert set(snap.policies) == {"limits"}
+    assert dict(snap.namespace_labels["team-a"]) == {"tier": "gold"}
+    assert ("team-a", "imagenet") in snap.dataset_caches
+    assert ("team-a", "job") in snap.jobsets
+    assert snap.priority_classes == frozenset({"high", "low"})
+
+
+async def test_snapshot_is_reused_until_a_cache_changes() -> None:
+    src = scripted()
+    src.of(r.PRIORITY_CLASSES).watches.append([ev("ADDED", obj("urgent", "9"))])
+    gate = asyncio.Event()
+    pc = src.of(r.PRIORITY_CLASSES)
+    original_watch = pc.watch
+
+    async def gated_watch(*a: Any, **kw: Any):
+        await gate.wait()
+        async for e in original_watch(*a, **kw):
+            yield e
+
+    pc.watch = gated_watch  # type: ignore[method-assign]
+    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    caches.start()
+    await asyncio.wait_for(caches.wait_synced(), 10)
+    first = caches.snapshot()
+    assert caches.snapshot() is first
+    gate.set()
+    await asyncio.wait_for(pc.idle.wait(), 10)
+    second = caches.snapshot()
+    await caches.stop()
+    assert second is not first
+    assert second.priority_classes == frozenset({"high", "low", "urgent"})
+    # fields whose cache did not change are the very same objects
+    assert second.training_runtimes is first.training_runtimes
+    assert first.priority_classes == frozenset({"high", "low"})  # the old snapshot did not move
+
+
+async def test_namespace_cache_keeps_only_labels() -> None:
+    src = scripted()
+    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    caches.start()
+    await asyncio.wait_for(caches.wait_synced(), 10)
+    stored = caches.informers["namespace_labels"].get("team-a")
+    await caches.stop()
+    assert stored == {"metadata": {"name": "team-a", "labels": {"tier": "gold"}, "resourceVersion": "4"}}
