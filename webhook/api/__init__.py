@@ -1,1 +1,14 @@
-"""webhook/api."""
+"""Typed models of every API object trainguard reads or writes (pydantic v2, lossless round trips).
+
+Modules:
+
+* ``base``       KubeModel (camelCase aliases, unknown fields kept, ``parse``/``dump``), ``spec_field``/``rule``
+                 (CRD facts attached to fields; ``hack/gen_crds.py`` turns them into ``crds/``)
+* ``quantity``   Kubernetes resource quantities: exact parse, Go rounding (``2500m`` -> 3), sums, scaling
+* ``meta``       ObjectMeta, OwnerReference, Condition, LabelSelector (+ ``label_selector_matches``)
+* ``core``       embedded core/batch types: PodTemplateSpec, PodSpec, Container, EnvVar, ResourceRequirements...
+* ``trainer``    trainer.kubeflow.org/v1alpha1 TrainJob, TrainingRuntime, ClusterTrainingRuntime (v2.3 shape)
+* ``jobset``     jobset.x-k8s.io/v1alpha2 JobSet (what the reconciler builds and reads)
+* ``trainguard`` trainguard.io/v1alpha1 TrainJobPolicy (cluster-scoped) and DatasetCache (namespaced)
+* ``constants``  reserved names, labels, annotations, defaults and limits
+"""

@@ -1,0 +1,288 @@
+"""``trainguard.io/v1alpha1``: TrainJobPolicy (cluster-scoped) and DatasetCache (namespaced).
+
+TrainJobPolicy is how a platform team states, once, what every matching TrainJob gets (scheduling defaults,
+GPU-topology placement, default labels and deadlines) and what it may not do (limits). DatasetCache asks the
+node-local cache agent to keep a dataset's shards resident on a set of nodes.
+
+Order of application when several TrainJobPolicies match one TrainJob (documented on ``spec.priority`` too):
+policies are sorted by ``spec.priority`` descending, then ``metadata.name`` ascending - a total order that does
+not depend on the order the API server lists them in. Then
+
+* defaults and scheduling/topology settings: the first policy in that order that sets a value wins; later
+  policies only fill what is still unset (a value the TrainJob itself sets is never overwritten);
+* limits: every matching policy's limits apply (the strictest wins), so adding a policy can only tighten;
+* mode: each policy's violations are reported under its own mode (Enforce denies, Audit warns).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict
+
+from webhook.api import constants as c
+from webhook.api.base import KubeModel, QuantityValue, rule, spec_field
+from webhook.api.core import Toleration
+from webhook.api.meta import Condition, LabelSelector, ObjectMeta
+
+# ================================================================================================ policy
+class RuntimeSelector(KubeModel):
+    """Which runtimes (referenced by ``spec.runtimeRef``) a policy applies to. Empty matches every runtime."""
+
+    names: list[str] | None = spec_field(
+        "Runtime names; the TrainJob's runtimeRef.name must be one of them.",
+        list_type="set", max_items=64, items={"maxLength": 253},
+    )
+    kinds: list[Literal["TrainingRuntime", "ClusterTrainingRuntime"]] | None = spec_field(
+        "Runtime kinds; the TrainJob's runtimeRef.kind must be one of them.",
+        list_type="set", max_items=2, items={"enum": ["TrainingRuntime", "ClusterTrainingRuntime"]},
+    )
+    label_selector: LabelSelector | None = spec_field(
+        "Labels of the runtime object, e.g. trainer.kubeflow.org/framework: torch."
+    )
+
+
+class PolicySelector(KubeModel):
+    """Which TrainJobs a policy applies to: all given selectors must match. Empty matches every TrainJob."""
+
+    namespace_selector: LabelSelector | None = spec_field("Labels of the TrainJob's namespace.")
+    runtime_selector: RuntimeSelector | None = spec_field("The runtime the TrainJob references.")
+    train_job_selector: LabelSelector | None = spec_field("Labels of the TrainJob itself.")
+
+
+class KueueScheduling(KubeModel):
+    """Kueue defaults, set as TrainJob labels when absent."""
+
+    queue_name: str | None = spec_field(
+        "LocalQueue name, set as label kueue.x-k8s.io/queue-name.", max_length=63
+    )
+    priority_class: str | None = spec_field(
+        "WorkloadPriorityClass name, set as label kueue.x-k8s.io/priority-class.", max_length=253
+    )
+
+
+class KAIScheduling(KubeModel):
+    """NVIDIA KAI scheduler defaults."""
+
+    queue: str | None = spec_field("KAI queue name, set as the pods' kai.scheduler/queue label.", max_length=63)
+
+
+class SchedulingDefaults(KubeModel):
+    """Scheduler settings given to matching TrainJobs that do not choose their own."""
+
+    kueue: KueueScheduling | None = spec_field("Kueue queue and priority.")
+    kai: KAIScheduling | None = spec_field("KAI queue.")
+    scheduler_name: str | None = spec_field("schedulerName set on the training pods.", max_length=253)
+
+
+class TopologyLevel(KubeModel):
+    """One level of the GPU network hierarchy, e.g. host, NVLink domain, block."""
+
+    node_label: str = spec_field(
+        "Node label whose value names the domain at this level (e.g. kubernetes.io/hostname, "
+        "nvidia.com/gpu.clique).", required=True, min_length=1, max_length=317,
+    )
+    gpus_per_domain: int = spec_field(
+        "GPUs one domain at this level holds (host = 8, NVLink domain = 72, block = 512).",
+        required=True, minimum=1,
+    )
+
+
+class GpuTopology(KubeModel):
+    """GPU-topology-aware placement: keep a job's nodes inside the smallest domain that holds all its GPUs."""
+
+    gpu_resource_name: str | None = spec_field(
+        "Extended resource that counts GPUs. Defaults to nvidia.com/gpu.", crd_default="nvidia.com/gpu",
+        max_length=253,
+    )
+    levels: list[TopologyLevel] = spec_field(
+        "Topology levels from the narrowest (fewest GPUs) to the widest.", required=True,
+        list_map_keys=["nodeLabel"], min_items=1, max_items=8,
+        rules=[rule("self.map(l, l.gpusPerDomain).isSorted()",
+                    "levels must be ordered from the narrowest domain (fewest GPUs) to the widest")],
+    )
+    placement: Literal["Required", "Preferred"] | None = spec_field(
+        "Required: the job must fit in one domain of the chosen level; Preferred: best effort. "
+        "Defaults to Preferred.", crd_default="Preferred", enum=["Required", "Preferred"],
+    )
+    target: Literal["Kueue", "KAI", "Both"] | None = spec_field(
+        "Which scheduler receives the placement: Kueue topology-aware scheduling, KAI, or both. "
+        "Defaults to Kueue.", crd_default="Kueue", enum=["Kueue", "KAI", "Both"],
+    )
+
+
+class PolicyLimits(KubeModel):
+    """Bounds a matching TrainJob must stay within; a violation is denied (Enforce) or warned (Audit)."""
+
+    max_nodes: int | None = spec_field("Most training nodes per TrainJob.", minimum=1)
+    max_gpus_per_node: int | None = spec_field("Most GPUs per training node.", minimum=0)
+    max_total_gpus: int | None = spec_field("Most GPUs per TrainJob (nodes x GPUs per node).", minimum=0)
+    allowed_runtimes: list[str] | None = spec_field(
+        "Runtime names a TrainJob may reference; empty allows all.", list_type="set", max_items=256,
+        items={"maxLength": 253},
+    )
+    allowed_image_prefixes: list[str] | None = spec_field(
+        "The trainer image must start with one of these (e.g. ghcr.io/acme/); empty allows all.",
+        list_type="set", max_items=64, items={"maxLength": 500},
+    )
+    required_resource_requests: list[str] | None = spec_field(
+        "Resources every trainer node must request (e.g. cpu, memory).", list_type="set", max_items=16,
+        items={"maxLength": 253},
+    )
+
+
+class PolicyDefaults(KubeModel):
+    """Values given to matching TrainJobs that do not set them."""
+
+    active_deadline_seconds: int | None = spec_field(
+        "spec.activeDeadlineSeconds for TrainJobs without one.", minimum=1, fmt="int64"
+    )
+    labels: dict[str, str] | None = spec_field("Labels added to the TrainJob (existing keys are kept).")
+    node_selector: dict[str, str] | None = spec_field("nodeSelector entries added to the training pods.")
+    tolerations: list[Toleration] | None = spec_field(
+        "Tolerations added to the training pods.", list_type="atomic", max_items=64
+    )
+
+
+class TrainJobPolicySpec(KubeModel):
+    """What a policy applies to, how strictly, and what it sets or limits."""
+
+    selector: PolicySelector | None = spec_field("Which TrainJobs this policy applies to; empty: all.")
+    mode: Literal["Enforce", "Audit"] | None = spec_field(
+        "Enforce denies violating TrainJobs; Audit admits them with warnings. Defaults to Enforce.",
+        crd_default="Enforce", enum=["Enforce", "Audit"],
+    )
+    priority: int | None = spec_field(
+        "Order among matching policies: higher first, ties by name. The first policy that sets a default "
+        "wins; limits of all matching policies apply. Defaults to 0.", crd_default=0,
+        minimum=-1000, maximum=1000,
+    )
+    scheduling: SchedulingDefaults | None = spec_field("Scheduler defaults (Kueue, KAI, schedulerName).")
+    topology: GpuTopology | None = spec_field("GPU-topology-aware placement.")
+    limits: PolicyLimits | None = spec_field("Limits matching TrainJobs must respect.")
+    defaults: PolicyDefaults | None = spec_field("Defaults for matching TrainJobs.")
+
+
+class TrainJobPolicyStatus(KubeModel):
+    """Observed state of a policy."""
+
+    observed_generation: int | None = spec_field("metadata.generation last processed.", fmt="int64")
+    conditions: list[Condition] | None = spec_field(
+        "Ready and similar conditions.", list_map_keys=["type"], max_items=8
+    )
+
+
+class TrainJobPolicy(KubeModel):
+    """Cluster-wide rules and defaults for TrainJobs (trainguard.io/v1alpha1)."""
+
+    __crd__: ClassVar[dict[str, Any]] = {
+        "group": c.TRAINGUARD_GROUP, "version": c.TRAINGUARD_VERSION, "kind": c.TRAINJOB_POLICY_KIND,
+        "plural": "trainjobpolicies", "singular": "trainjobpolicy", "scope": "Cluster", "short_names": ["tjp"],
+        "status": True, "root_rules": [],
+        "printer_columns": [
+            {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+
+    api_version: str | None = spec_field("trainguard.io/v1alpha1")
+    kind: str | None = spec_field("TrainJobPolicy")
+    metadata: ObjectMeta | None = spec_field("Object metadata.")
+    spec: TrainJobPolicySpec = spec_field("The policy.", required=True)
+    status: TrainJobPolicyStatus | None = spec_field("Observed state.")
+
+
+# ================================================================================================ cache
+class HostPathSource(KubeModel):
+    """Dataset shards in a directory of each node."""
+
+    path: str = spec_field(
+        "Absolute directory on the node.", required=True, max_length=4096,
+        rules=[rule("self.startsWith('/')", "path must be absolute")],
+    )
+
+
+class PVCSource(KubeModel):
+    """Dataset shards on a PersistentVolumeClaim in the DatasetCache's namespace."""
+
+    claim_name: str = spec_field("Name of the PVC.", required=True, min_length=1, max_length=253)
+    path: str | None = spec_field(
+        "Directory inside the volume (relative, default: its root).", max_length=4096,
+        rules=[rule("!self.startsWith('/') && !self.contains('..')",
+                    "path must be relative to the volume root and must not contain '..'")],
+    )
+
+
+class DatasetSource(KubeModel):
+    """Where the shards are: exactly one of hostPath or persistentVolumeClaim, plus a glob."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        rule("[has(self.hostPath), has(self.persistentVolumeClaim)].filter(x, x).size() == 1",
+             "exactly one of hostPath or persistentVolumeClaim must be set"),
+    ]})
+
+    host_path: HostPathSource | None = spec_field("A directory on each node.")
+    persistent_volume_claim: PVCSource | None = spec_field("A PersistentVolumeClaim.")
+    shards: str = spec_field(
+        "Glob of shard files relative to the source directory, e.g. train-*.arrow.",
+        required=True, min_length=1, max_length=1024,
+        rules=[rule("!self.startsWith('/') && !self.contains('..')",
+                    "shards must be a relative glob and must not contain '..'")],
+    )
+
+
+class DatasetCacheSpec(KubeModel):
+    """A dataset to keep resident in node memory, where, and how much memory it may use."""
+
+    source: DatasetSource = spec_field("Where the dataset's shards are.", required=True)
+    node_selector: dict[str, str] | None = spec_field(
+        "Labels of the nodes to cache on (the cache agent DaemonSet's nodeSelector); empty: all nodes."
+    )
+    tolerations: list[Toleration] | None = spec_field(
+        "Tolerations of the cache agent pods (e.g. for tainted GPU nodes).", list_type="atomic", max_items=64
+    )
+    memory_budget: QuantityValue = spec_field(
+        "Most memory the cache may hold per node (e.g. 64Gi); shards beyond it are not cached.",
+        required=True, rules=[rule("quantity(string(self)).isGreaterThan(quantity('0'))",
+                                   "memoryBudget must be greater than zero")],
+    )
+
+
+class DatasetCacheStatus(KubeModel):
+    """Cache state across the selected nodes."""
+
+    nodes_desired: int | None = spec_field("Nodes selected for caching.", minimum=0)
+    nodes_ready: int | None = spec_field("Nodes whose cache holds every shard that fits the budget.", minimum=0)
+    bytes_resident: int | None = spec_field("Bytes held in memory, summed over nodes.", minimum=0, fmt="int64")
+    shards: int | None = spec_field("Shard files matched by the glob.", minimum=0)
+    observed_generation: int | None = spec_field("metadata.generation last processed.", fmt="int64")
+    conditions: list[Condition] | None = spec_field("Ready and similar conditions.", list_map_keys=["type"],
+                                                   max_items=8)
+
+
+class DatasetCache(KubeModel):
+    """A dataset cached in the memory of selected nodes by trainguard's cache agent (trainguard.io/v1alpha1)."""
+
+    __crd__: ClassVar[dict[str, Any]] = {
+        "group": c.TRAINGUARD_GROUP, "version": c.TRAINGUARD_VERSION, "kind": c.DATASET_CACHE_KIND,
+        "plural": "datasetcaches", "singular": "datasetcache", "scope": "Namespaced", "short_names": ["dsc"],
+        "status": True,
+        "root_rules": [rule("size(self.metadata.name) <= 52",
+                            "metadata.name must be no more than 52 characters")],
+        "printer_columns": [
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.nodesReady"},
+            {"name": "Desired", "type": "integer", "jsonPath": ".status.nodesDesired"},
+            {"name": "Budget", "type": "string", "jsonPath": ".spec.memoryBudget"},
+            {"name": "Resident", "type": "integer", "jsonPath": ".status.bytesResident"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+
+    api_version: str | None = spec_field("trainguard.io/v1alpha1")
+    kind: str | None = spec_field("DatasetCache")
+    metadata: ObjectMeta | None = spec_field("Object metadata.")
+    spec: DatasetCacheSpec = spec_field("What to cache and where.", required=True)
+    status: DatasetCacheStatus | None = spec_field("Observed cache state.")
+
+
