@@ -1,87 +1,170 @@
 """The policy engine's six entry points, each ``(AdmissionInput, ClusterSnapshot) -> Verdict``.
 
 The admission server (and ``trainguard render``) call exactly these; every rule lives in its own module and this
-one only fixes the ORDER in which they run, so that the result is deterministic and idempotent:
+one only fixes the ORDER in which they run, so the result is deterministic and idempotent:
 
-``mutate_trainjob`` (the mutating webhook):
-  1. trainguard policy defaults from the matching TrainJobPolicies (labels, Kueue/KAI, the ``trainguard.io/policy``
-     runtimePatch with topology hints) -- only where the user has not written the value;
-  2. §2.4 runtimePatch time stamping, last, so the policy's own patch is stamped like any other.
-``validate_trainjob`` (the validating webhook):
-  1. §2.5 runtime lookup (unsupported kind, missing runtime, deprecation warning);
-  2. the runtime framework's plugin validations (``webhook.runtime``), on the merged view;
-  3. trainguard: DatasetCache reference, policy limits and topology fit (Enforce -> denial, Audit -> warning).
-Runtimes, TrainJobPolicies and DatasetCaches have their own validators below.
+``mutate_trainjob`` (mutating webhook; never denies):
+  1. CREATE only: resolve the runtime, match TrainJobPolicies (``matching``), compute the effective job through
+     ``webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
+     ``trainguard.io/policy`` runtimePatch with topology hints;
+  2. §2.4 runtimePatch time stamping (``timestamps``), last, so the policy's patch is stamped like any other.
+``validate_trainjob`` (validating webhook):
+  1. §2.5 runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
+  2. the runtime framework's plugin validations (§2.5 item 4+), on the merged view;
+  3. trainguard: the DatasetCache reference; on CREATE the policies' limits and topology fit, each violation a
+     denial under ``mode: Enforce`` and a warning under ``Audit``.
+  Upstream errors come first in the message; trainguard's follow.
+``validate_training_runtime`` / ``validate_cluster_training_runtime``: §2.6 plus stricter checks
+  (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream).
+``validate_trainjob_policy`` (``policy_rules``) and ``validate_dataset_cache`` (``dataset_cache``).
 
-Nothing here performs I/O or reads a clock: cluster state comes in the snapshot and time in ``AdmissionInput.now``.
+Nothing here performs I/O or reads a clock: cluster state comes in the snapshot, time in ``AdmissionInput.now``.
+DELETE and CONNECT are always allowed unchanged.
 """
 
 from __future__ import annotations
 
-from webhook.field import FieldError, aggregate
-from webhook.policy import runtime_rules
-from webhook.policy.runtime_ref import CLUSTER_TRAINING_RUNTIME, UnsupportedRuntime, is_deprecated, resolve_runtime
+from typing import Any
+
+from webhook.field import FieldError, aggregate, invalid
+from webhook.policy import dataset_cache, framework, runtime_rules
+from webhook.policy.defaults import apply_policies, topology_outcome
+from webhook.policy.limits import Violation, limit_violations
+from webhook.policy.matching import matching_policies, parse_all
+from webhook.policy.policy_rules import policy_errors
+from webhook.policy.runtime_ref import (
+    CLUSTER_TRAINING_RUNTIME,
+    DEPRECATION_POLICY_URL,
+    UnsupportedRuntime,
+    is_deprecated,
+    resolve_runtime,
+    runtime_ref,
+)
 from webhook.policy.timestamps import stamp_runtime_patches
+from webhook.policy.topology import NoFit
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 UPSTREAM = "UpstreamValidation"
+POLICY_LIMITS = "PolicyLimits"
+TOPOLOGY = "Topology"
+DATASET_CACHE = "DatasetCache"
+POLICY_OBJECT = "TrainJobPolicyValidation"
+CACHE_OBJECT = "DatasetCacheValidation"
 
 
 def _namespace(review: AdmissionInput) -> str:
     return review.namespace or (review.obj.get("metadata") or {}).get("namespace") or ""
 
 
+def _admits(review: AdmissionInput) -> bool:
+    return review.operation in ("CREATE", "UPDATE")
+
+
 def _decide(errors: list[FieldError], warnings: list[str], reason: str) -> Verdict:
     if errors:
-        return Verdict.deny(aggregate(errors), reason, warnings)
-    return Verdict.allow(None, warnings)
+        return Verdict.deny(aggregate(errors), reason, _unique(warnings))
+    return Verdict.allow(None, _unique(warnings))
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
 
 
 # --- TrainJob ---------------------------------------------------------------------------------------------------
 
 
 def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """Default a TrainJob: policy defaults, then runtimePatch times. Never denies."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """Default a TrainJob: policy effects (CREATE), then runtimePatch times. Never denies."""
+    if not _admits(review):
         return Verdict.allow()
-    obj = stamp_runtime_patches(review.obj, review.old_obj, review.now)
-    return Verdict.allow(obj)
+    obj = review.obj
+    warnings: list[str] = []
+    if review.operation == "CREATE":
+        namespace = _namespace(review)
+        try:
+            runtime = resolve_runtime(obj, namespace, snapshot).runtime
+        except UnsupportedRuntime:
+            runtime = None  # the validating webhook refuses it with upstream's message
+        if runtime is not None:
+            policies, problems = parse_all(snapshot.policies)
+            warnings += problems
+            matched = matching_policies(policies, namespace, snapshot.namespace_labels, runtime)
+            if matched:
+                effective = framework.effective_job_or_none(obj, runtime)
+                obj = apply_policies(obj, runtime, effective, matched)
+    obj = stamp_runtime_patches(obj, review.old_obj, review.now)
+    return Verdict.allow(obj, _unique(warnings))
 
 
 def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """Upstream's TrainJob validation, then trainguard's policy checks."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """Upstream's TrainJob validation (§2.5), then trainguard's DatasetCache, limit and topology checks."""
+    if not _admits(review):
         return Verdict.allow()
+    obj, old, namespace = review.obj, review.old_obj, _namespace(review)
     try:
-        resolved = resolve_runtime(review.obj, _namespace(review), snapshot)
+        resolved = resolve_runtime(obj, namespace, snapshot)
     except UnsupportedRuntime as e:
         return Verdict.deny(str(e), UPSTREAM)
-    errors = list(resolved.errors)
     warnings = list(resolved.warnings)
-    return _decide(errors, warnings, UPSTREAM)
+    if resolved.runtime is None:
+        return _decide(list(resolved.errors), warnings, UPSTREAM)
+    runtime = resolved.runtime
+    name = (obj.get("metadata") or {}).get("name", "")
+    upstream, plugin_warnings = framework.plugin_validation(
+        obj, old, runtime, snapshot.jobsets.get((namespace, name)), snapshot.priority_classes or None)
+    warnings += plugin_warnings
+    if upstream:
+        return _decide(list(upstream), warnings, UPSTREAM)
+
+    cache_errors = dataset_cache.reference_errors(obj, old, namespace, snapshot.dataset_caches)
+    limit_errors: list[Violation] = []
+    topology_errors: list[Violation] = []
+    if review.operation == "CREATE":
+        policies, problems = parse_all(snapshot.policies)
+        warnings += problems
+        matched = matching_policies(policies, namespace, snapshot.namespace_labels, runtime)
+        effective = framework.effective_job_or_none(obj, runtime) if matched else None
+        if effective is not None:
+            for policy in matched:
+                limit_errors += limit_violations(obj, runtime_ref(obj).name, effective, policy)
+            outcome = topology_outcome(effective, matched)
+            if outcome is not None and isinstance(outcome.result, NoFit):
+                topology_errors.append(Violation(outcome.policy, invalid(
+                    "spec.trainer", {"numNodes": _nodes(obj)},
+                    f'fits no topology level of TrainJobPolicy "{outcome.policy.name}": {outcome.result.reason}',
+                )))
+    violations = limit_errors + topology_errors
+    warnings += [v.warning() for v in violations if not v.policy.enforcing]
+    enforced_limits = [v.error for v in limit_errors if v.policy.enforcing]
+    enforced_topology = [v.error for v in topology_errors if v.policy.enforcing]
+    reason = DATASET_CACHE if cache_errors else POLICY_LIMITS if enforced_limits else TOPOLOGY
+    return _decide(cache_errors + enforced_limits + enforced_topology, warnings, reason)
+
+
+def _nodes(obj: dict[str, Any]) -> Any:
+    return ((obj.get("spec") or {}).get("trainer") or {}).get("numNodes")
 
 
 # --- runtimes ---------------------------------------------------------------------------------------------------
 
 
 def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """TrainingRuntime CREATE and (unlike upstream) UPDATE; see ``runtime_rules``."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """TrainingRuntime CREATE and (unlike upstream, which skips updates) UPDATE."""
+    if not _admits(review):
         return Verdict.allow()
     return _decide(runtime_rules.runtime_errors(review.obj), [], UPSTREAM)
 
 
 def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """ClusterTrainingRuntime CREATE and UPDATE; a deprecated runtime warns on CREATE as upstream does."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """ClusterTrainingRuntime CREATE and UPDATE; creating a deprecated runtime warns, as upstream does."""
+    if not _admits(review):
         return Verdict.allow()
     warnings: list[str] = []
     if review.operation == "CREATE" and is_deprecated(review.obj):
         name = (review.obj.get("metadata") or {}).get("name", "")
         warnings.append(
             f'{CLUSTER_TRAINING_RUNTIME} "{name}" is deprecated and will be removed in a future release of '
-            "Kubeflow Trainer. See runtime deprecation policy: "
-            "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
+            f"Kubeflow Trainer. See runtime deprecation policy: {DEPRECATION_POLICY_URL}"
         )
     return _decide(runtime_rules.runtime_errors(review.obj), warnings, UPSTREAM)
 
@@ -90,14 +173,17 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
 
 
 def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """TrainJobPolicy: conflicts with other policies, unknown topology labels, impossible limits."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """TrainJobPolicy: readable, sane topology and limits, no conflict with an overlapping equal-priority policy."""
+    if not _admits(review):
         return Verdict.allow()
-    return Verdict.allow()
+    runtime_labels = [dict((r.get("metadata") or {}).get("labels") or {})
+                      for r in list(snapshot.training_runtimes.values()) + list(snapshot.cluster_training_runtimes.values())]
+    errors, warnings = policy_errors(review.obj, snapshot.policies, snapshot.namespace_labels, runtime_labels)
+    return _decide(errors, warnings, POLICY_OBJECT)
 
 
 def validate_dataset_cache(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """DatasetCache: checks that need more than the CRD's CEL rules."""
-    if review.operation not in ("CREATE", "UPDATE"):
+    """DatasetCache: what the CRD's CEL rules cannot check."""
+    if not _admits(review):
         return Verdict.allow()
-    return Verdict.allow()
+    return _decide(dataset_cache.dataset_cache_errors(review.obj), [], CACHE_OBJECT)

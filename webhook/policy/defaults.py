@@ -1,0 +1,251 @@
+"""What trainguard's policies write into a TrainJob at CREATE (the mutating half of the engine).
+
+Three kinds of effect, each only where nobody else has spoken (the user's TrainJob, the runtime, another
+manager's runtimePatch always win; among policies the first in ``matching.application_order`` wins):
+
+* TrainJob metadata: Kueue ``kueue.x-k8s.io/queue-name`` / ``kueue.x-k8s.io/priority-class`` labels (user >
+  policy > the runtime object's own labels/annotations declaring a default), KAI ``kai.scheduler/queue`` label, the
+  KAI scheduler name as annotation ``trainguard.io/scheduler-name`` (the TrainJob API cannot carry pod
+  ``schedulerName``; the runtime build turns the annotation into it), default labels, ``activeDeadlineSeconds``.
+  A TrainJob with a Kueue queue is created suspended (Kueue admits it by unsuspending).
+* ONE runtimePatch owned by manager ``trainguard.io/policy``: topology hints on the trainer replicatedJobs that
+  request GPUs, default nodeSelector/tolerations, the KAI queue label on the JobSet. It is placed FIRST in
+  ``runtimePatches`` so every later (user, Kueue) patch overrides it; an existing entry is rewritten in place,
+  never duplicated, and removed when the policies no longer ask for anything. Kueue's own patch (manager
+  ``kueue.x-k8s.io/manager``) is never touched.
+* Nothing on UPDATE: policy effects are decided once, at CREATE. Rewriting the patch later could turn Kueue's
+  suspend request into a denial ("RuntimePatches cannot be modified when the JobSet's ReplicatedJob ... is still
+  active"), and a policy change must not re-shape admitted jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.matching import first_set
+from webhook.policy.policy_model import Policy
+from webhook.policy.runtime_rules import pod_spec, replicated_jobs
+from webhook.policy.shape import gpu_count, job_shape, trainer_pod_sets
+from webhook.policy.topology import (
+    KAI_TOPOLOGY_KEYS,
+    KUEUE_TOPOLOGY_KEYS,
+    NoFit,
+    Placement,
+    hints,
+    place,
+)
+
+Object = dict[str, Any]
+
+POLICY_MANAGER = "trainguard.io/policy"
+KUEUE_MANAGER = "kueue.x-k8s.io/manager"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+SCHEDULER_NAME_ANNOTATION = "trainguard.io/scheduler-name"
+
+
+@dataclass(frozen=True)
+class TopologyOutcome:
+    """The topology decision, kept so validation can report a job that fits no level."""
+
+    policy: Policy
+    result: Placement | NoFit | None
+
+
+# --- reading what others wrote ----------------------------------------------------------------------------------
+
+
+def _other_patches(trainjob: Object) -> list[Object]:
+    return [p for p in (trainjob.get("spec") or {}).get("runtimePatches") or []
+            if isinstance(p, dict) and p.get("manager") != POLICY_MANAGER]
+
+
+def _patch_job(patch: Object, job: str) -> Object:
+    rjobs = ((((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {})
+             .get("replicatedJobs") or [])
+    return next((r for r in rjobs if isinstance(r, dict) and r.get("name") == job), {})
+
+
+def _job_meta(rjob: Object) -> Object:
+    return (rjob.get("template") or {}).get("metadata") or {}
+
+
+def _pod_meta(rjob: Object) -> Object:
+    return (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+
+
+def _written_elsewhere(trainjob: Object, runtime: Object, job: str) -> list[Object]:
+    """The runtime's replicatedJob ``job`` and every other manager's patch for it."""
+    rjob = next((r for r in replicated_jobs(runtime) if r.get("name") == job), {})
+    return [rjob] + [_patch_job(p, job) for p in _other_patches(trainjob)]
+
+
+def _declared(sources: list[Object], meta, keys) -> bool:
+    return any(k in (meta(src).get("annotations") or {}) for src in sources for k in keys)
+
+
+# --- the owned runtimePatch -------------------------------------------------------------------------------------
+
+
+def _topology(effective: Any, policies: list[Policy]) -> TopologyOutcome | None:
+    topology, owner = first_set(policies, lambda p: p.spec.topology if p.spec.topology and p.spec.topology.levels else None)
+    if topology is None or owner is None:
+        return None
+    return TopologyOutcome(owner, place(job_shape(effective, topology.gpu_resource_name), topology.levels))
+
+
+def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, policies: list[Policy]) -> Object | None:
+    """The ``trainguard.io/policy`` runtimePatch the matching policies ask for, or None when they ask nothing."""
+    jobs: dict[str, Object] = {}
+
+    def job_entry(name: str) -> Object:
+        return jobs.setdefault(name, {"name": name})
+
+    outcome = _topology(effective, policies) if effective is not None else None
+    if outcome is not None and isinstance(outcome.result, Placement):
+        topology = outcome.policy.spec.topology
+        assert topology is not None
+        hinted = hints(outcome.result, topology)
+        for ps in trainer_pod_sets(effective):
+            if gpu_count(ps.requests, topology.gpu_resource_name) <= 0:
+                continue
+            sources = _written_elsewhere(trainjob, runtime, ps.name)
+            if hinted.pod_annotations and not _declared(sources, _pod_meta, KUEUE_TOPOLOGY_KEYS):
+                pod_template = _pod_template_entry(job_entry(ps.name))
+                pod_template.setdefault("metadata", {})["annotations"] = dict(hinted.pod_annotations)
+            if hinted.job_annotations and not _declared(sources, _job_meta, KAI_TOPOLOGY_KEYS):
+                job_template = job_entry(ps.name).setdefault("template", {})
+                job_template.setdefault("metadata", {})["annotations"] = dict(hinted.job_annotations)
+
+    node_selector, _ = first_set(policies, lambda p: p.spec.defaults.node_selector or None)
+    tolerations, _ = first_set(policies, lambda p: p.spec.defaults.tolerations or None)
+    for rjob in replicated_jobs(runtime):
+        name = rjob.get("name")
+        if not name:
+            continue
+        others = [_patch_job(p, name) for p in _other_patches(trainjob)]
+        pod_specs = [pod_spec(rjob)] + [pod_spec(o) for o in others]
+        if node_selector:
+            taken = {k for s in pod_specs for k in (s.get("nodeSelector") or {})}
+            add = {k: v for k, v in node_selector.items() if k not in taken}
+            if add:
+                _pod_spec_entry(job_entry(name))["nodeSelector"] = add
+        if tolerations and not any(pod_spec(o).get("tolerations") is not None for o in others):
+            # Patch tolerations REPLACE the runtime's (atomic list): carry the runtime's over, then add ours.
+            merged = list(pod_spec(rjob).get("tolerations") or [])
+            merged += [dict(t) for t in tolerations if dict(t) not in merged]
+            if merged != list(pod_spec(rjob).get("tolerations") or []):
+                _pod_spec_entry(job_entry(name))["tolerations"] = merged
+
+    kai_queue, _ = first_set(policies, lambda p: p.spec.scheduling.kai.queue if p.spec.scheduling.kai else None)
+    template: Object = {}
+    jobset_labels = (((runtime.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    other_labels = {k for p in _other_patches(trainjob)
+                    for k in ((((p.get("trainingRuntimeSpec") or {}).get("template") or {}).get("metadata") or {})
+                              .get("labels") or {})}
+    if kai_queue and KAI_QUEUE_LABEL not in jobset_labels and KAI_QUEUE_LABEL not in other_labels:
+        template["metadata"] = {"labels": {KAI_QUEUE_LABEL: kai_queue}}
+    ordered = [jobs[r.get("name")] for r in replicated_jobs(runtime) if r.get("name") in jobs]
+    if ordered:
+        template["spec"] = {"replicatedJobs": ordered}
+    if not template:
+        return None
+    return {"manager": POLICY_MANAGER, "trainingRuntimeSpec": {"template": template}}
+
+
+def _pod_template_entry(job: Object) -> Object:
+    return job.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+
+
+def _pod_spec_entry(job: Object) -> Object:
+    return _pod_template_entry(job).setdefault("spec", {})
+
+
+def write_policy_patch(trainjob: Object, desired: Object | None) -> None:
+    """Put ``desired`` in place of the existing policy entry (keeping its ``time`` when content is unchanged,
+    which the stamping step then confirms), else first in the list; remove the entry when ``desired`` is None."""
+    spec = trainjob.setdefault("spec", {})
+    patches = spec.get("runtimePatches")
+    patches = list(patches) if isinstance(patches, list) else []
+    index = next((i for i, p in enumerate(patches) if isinstance(p, dict) and p.get("manager") == POLICY_MANAGER), None)
+    if desired is None:
+        if index is not None:
+            del patches[index]
+            if patches:
+                spec["runtimePatches"] = patches
+            else:
+                spec.pop("runtimePatches", None)
+        return
+    if index is not None:
+        current = patches[index]
+        if {k: v for k, v in current.items() if k != "time"} == desired:
+            return
+        patches[index] = desired
+    else:
+        patches.insert(0, desired)
+    spec["runtimePatches"] = patches
+
+
+# --- TrainJob metadata ------------------------------------------------------------------------------------------
+
+
+def _runtime_declared(runtime: Object, key: str) -> str | None:
+    meta = runtime.get("metadata") or {}
+    return (meta.get("labels") or {}).get(key) or (meta.get("annotations") or {}).get(key)
+
+
+def _runtime_sets_scheduler(runtime: Object) -> bool:
+    return any(pod_spec(r).get("schedulerName") for r in replicated_jobs(runtime))
+
+
+def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Policy]) -> None:
+    meta = trainjob.setdefault("metadata", {})
+    labels = dict(meta.get("labels") or {})
+    annotations = dict(meta.get("annotations") or {})
+
+    def kueue(field: str):
+        return lambda p: getattr(p.spec.scheduling.kueue, field) if p.spec.scheduling.kueue else None
+
+    for key, field in ((KUEUE_QUEUE_LABEL, "queue_name"), (KUEUE_PRIORITY_LABEL, "priority_class")):
+        if key not in labels:
+            value = first_set(policies, kueue(field))[0] or _runtime_declared(runtime, key)
+            if value:
+                labels[key] = value
+    kai_queue = first_set(policies, lambda p: p.spec.scheduling.kai.queue if p.spec.scheduling.kai else None)[0]
+    if kai_queue and KAI_QUEUE_LABEL not in labels:
+        labels[KAI_QUEUE_LABEL] = kai_queue
+    scheduler = first_set(
+        policies, lambda p: p.spec.scheduling.kai.scheduler_name if p.spec.scheduling.kai else None)[0]
+    if scheduler and SCHEDULER_NAME_ANNOTATION not in annotations and not _runtime_sets_scheduler(runtime):
+        annotations[SCHEDULER_NAME_ANNOTATION] = scheduler
+    for p in policies:
+        for k, v in (p.spec.defaults.labels or {}).items():
+            labels.setdefault(k, v)
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+
+    spec = trainjob.setdefault("spec", {})
+    deadline = first_set(policies, lambda p: p.spec.defaults.active_deadline_seconds)[0]
+    if deadline is not None and spec.get("activeDeadlineSeconds") is None:
+        spec["activeDeadlineSeconds"] = deadline
+    if labels.get(KUEUE_QUEUE_LABEL) and spec.get("managedBy") != "kueue.x-k8s.io/multikueue":
+        spec["suspend"] = True
+
+
+def apply_policies(trainjob: Object, runtime: Object, effective: Any, policies: list[Policy]) -> Object:
+    """A copy of ``trainjob`` with every policy effect applied (CREATE only; see the module docstring)."""
+    result = copy.deepcopy(trainjob)
+    if not policies:
+        return result
+    apply_metadata_defaults(result, runtime, policies)
+    write_policy_patch(result, desired_policy_patch(result, runtime, effective, policies))
+    return result
+
+
+def topology_outcome(effective: Any, policies: list[Policy]) -> TopologyOutcome | None:
+    return _topology(effective, policies) if effective is not None else None

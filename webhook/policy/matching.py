@@ -1,0 +1,67 @@
+"""Which TrainJobPolicies apply to a TrainJob, and in what order.
+
+A policy applies when its ``namespaceSelector`` matches the TrainJob's namespace labels (from the snapshot, plus
+the ``kubernetes.io/metadata.name`` label the apiserver puts on every namespace) and its ``runtimeSelector``
+matches the referenced runtime's own labels. A missing selector matches everything.
+
+Order of application (documented, and independent of the order the API or the cache lists policies in):
+``spec.priority`` descending, then ``metadata.name`` ascending. For every default (labels, Kueue/KAI settings,
+topology, deadline, node selector, tolerations) the FIRST policy in that order that sets it wins, and a value the
+user (or the runtime) wrote always wins over every policy. Limits are not ordered: every matching policy's limits
+are checked, each under its own mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from webhook.api.meta import label_selector_matches
+from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def namespace_labels(namespace: str, known: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    labels = dict(known.get(namespace) or {})
+    labels.setdefault(NAMESPACE_NAME_LABEL, namespace)
+    return labels
+
+
+def application_order(policies: Iterable[Policy]) -> list[Policy]:
+    return sorted(policies, key=lambda p: (-p.spec.priority, p.name))
+
+
+def parse_all(objects: Mapping[str, dict[str, Any]]) -> tuple[list[Policy], list[str]]:
+    """Parse every stored policy; an unreadable one is reported (as a warning) instead of breaking admission."""
+    policies: list[Policy] = []
+    problems: list[str] = []
+    for name in sorted(objects):
+        try:
+            policies.append(parse_policy(objects[name]))
+        except PolicyParseError as e:
+            problems.append(f"{e} (policy ignored)")
+    return policies, problems
+
+
+def matching_policies(
+    policies: Iterable[Policy],
+    namespace: str,
+    ns_labels: Mapping[str, Mapping[str, str]],
+    runtime: Mapping[str, Any] | None,
+) -> list[Policy]:
+    labels = namespace_labels(namespace, ns_labels)
+    runtime_labels = dict(((runtime or {}).get("metadata") or {}).get("labels") or {})
+    return application_order(
+        p for p in policies
+        if label_selector_matches(p.spec.namespace_selector, labels)
+        and label_selector_matches(p.spec.runtime_selector, runtime_labels)
+    )
+
+
+def first_set(policies: Iterable[Policy], pick) -> tuple[Any, Policy | None]:
+    """The first non-None value ``pick(policy)`` returns in application order, with the policy that set it."""
+    for p in policies:
+        value = pick(p)
+        if value is not None:
+            return value, p
+    return None, None
