@@ -1,11 +1,164 @@
-"""`trainguard controller` (placeholder until implemented)."""
+"""``trainguard controller``: the TrainJob (and DatasetCache) reconciler.
+
+Lifecycle: start the watch caches and the HTTP endpoints -> wait until the caches have synced (``/readyz``) ->
+with leader election, wait to acquire the Lease -> start N workers -> on SIGTERM/SIGINT stop handing out work,
+let in-flight reconciles finish, release the Lease, exit 0. Losing the Lease (no renewal within the renew
+deadline) stops the workers and exits 1, like controller-runtime, so the pod restarts as a fresh candidate.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import uuid
 
-from webhook.cli import Run, not_implemented
+from webhook.cli import Run
+from webhook.kube.config import load_config
+from webhook.kube.errors import AlreadyExists, Conflict as ApiConflict, NotFound
+from webhook.kube.resources import LEASES
+
+from controller.reconcile.leader import Conflict, ElectionConfig, LeaderElector
+from controller.reconcile.metrics import CountingKubeClient, Metrics, serve
+
+log = logging.getLogger("trainguard.controller")
 
 
 def configure(parser: argparse.ArgumentParser) -> Run:
-    return not_implemented("controller")
+    parser.description = "Reconcile TrainJobs into JobSets (and DatasetCaches into agent DaemonSets)."
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, in-cluster, ~/.kube)")
+    parser.add_argument("--workers", type=int, default=5, help="concurrent reconciles (never two for one object)")
+    parser.add_argument("--namespace", default=None, help="watch only this namespace (default: all)")
+    parser.add_argument("--metrics-bind-address", default=":8080",
+                        help="host:port for /metrics, /healthz, /readyz (plain HTTP); '0' disables")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                        help="run leader election so only one replica reconciles (default: on)")
+    parser.add_argument("--leader-elect-lease-name", default="trainguard-controller")
+    parser.add_argument("--leader-elect-namespace", default=None,
+                        help="namespace of the Lease (default: $POD_NAMESPACE, else trainguard-system)")
+    parser.add_argument("--leader-elect-identity", default=None, help="this replica's identity (default: host_uuid)")
+    parser.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
+    parser.add_argument("--leader-elect-renew-deadline", type=float, default=10.0)
+    parser.add_argument("--leader-elect-retry-period", type=float, default=2.0)
+    parser.add_argument("--cache-agent-image", default=os.environ.get("TRAINGUARD_IMAGE", "ghcr.io/trainguard/trainguard:0.1.0"),
+                        help="image of the DatasetCache agent DaemonSet")
+    parser.add_argument("--no-podgroups", action="store_true",
+                        help="do not watch PodGroups (scheduler-plugins/Volcano CRDs not installed)")
+    parser.add_argument("--log-level", default="INFO")
+
+    def run(args: argparse.Namespace) -> int:
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            return asyncio.run(serve_controller(args))
+        except ValueError as err:
+            log.error("%s", err)
+            return 2
+
+    return run
+
+
+def _host_port(text: str) -> tuple[str, int] | None:
+    if text in ("0", ""):
+        return None
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+async def serve_controller(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: the CLI loads every subcommand's ``configure`` for --help, and the
+    # reconciler pulls in the whole runtime framework, which ``trainguard render --help`` does not need.
+    from controller.reconcile.controller import Controller, Settings
+
+    identity = args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    election = None
+    if args.leader_elect:
+        election = ElectionConfig(
+            name=args.leader_elect_lease_name,
+            namespace=args.leader_elect_namespace or os.environ.get("POD_NAMESPACE") or "trainguard-system",
+            identity=identity,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    metrics = Metrics()
+    kube = CountingKubeClient(load_config(args.kubeconfig), user_agent="trainguard-controller")
+    controller = Controller(
+        kube,
+        Settings(workers=args.workers, namespace=args.namespace, cache_agent_image=args.cache_agent_image,
+                 watch_podgroups=not args.no_podgroups),
+        metrics,
+        identity,
+    )
+    runner = None
+    address = _host_port(args.metrics_bind_address)
+    if address is not None:
+        runner = await serve(metrics, address[0], address[1], ready=lambda: controller.synced,
+                             before_scrape=controller.observe_queue)
+    lost = False
+    try:
+        controller.start_caches()
+        synced = asyncio.create_task(controller.wait_synced())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({synced, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if stop.is_set():
+            synced.cancel()
+            return 0
+        log.info("caches synced")
+        elector = None
+        if election is not None:
+            elector = LeaderElector(election, KubeLease(kube, election))
+            if not await elector.acquire(stop):
+                return 0
+        metrics.leader.set(1)
+        log.info("starting %d workers as %s", args.workers, identity)
+        controller.start_workers()
+        if elector is not None:
+            lost = await elector.keep(stop)
+        else:
+            await stop.wait()
+        log.info("stopping: finishing in-flight reconciles")
+        await controller.shutdown_workers()
+        metrics.leader.set(0)
+        if elector is not None and not lost:
+            await elector.release()
+        return 1 if lost else 0
+    finally:
+        await controller.stop_caches()
+        if runner is not None:
+            await runner.cleanup()
+        await kube.close()
+
+
+class KubeLease:
+    """``leader.LeaseAPI`` on the real apiserver."""
+
+    def __init__(self, kube: CountingKubeClient, election: ElectionConfig) -> None:
+        self._kube = kube
+        self._election = election
+
+    async def get(self) -> dict | None:
+        try:
+            return await self._kube.get(LEASES, self._election.name, self._election.namespace)
+        except NotFound:
+            return None
+
+    async def create(self, lease: dict) -> dict:
+        try:
+            return await self._kube.create(LEASES, lease, self._election.namespace)
+        except AlreadyExists as err:
+            raise Conflict(str(err)) from err
+
+    async def replace(self, lease: dict) -> dict:
+        try:
+            return await self._kube.replace(LEASES, lease)
+        except ApiConflict as err:
+            raise Conflict(str(err)) from err

@@ -1,0 +1,233 @@
+"""Wiring: watch caches -> work queue -> N workers -> reconcilers, plus leader election and shutdown.
+
+Event handlers only turn a watch event into a queue key (they never block):
+* TrainJob -> itself; JobSet / ConfigMap / Secret / PodGroup -> their controlling TrainJob owner;
+* TrainingRuntime / ClusterTrainingRuntime -> the unfinished TrainJobs that reference it (a runtime created after
+  its jobs unblocks them at once instead of at the next backoff);
+* DatasetCache -> itself and the TrainJobs in its namespace that name it; DaemonSet / agent Pod -> their cache.
+
+Caches run on every replica (a standby is warm and can take over at once); workers run only on the leader. The
+initial list delivers ADDED for every object, so a new leader re-reconciles everything: nothing is lost when a
+leader dies mid-burst, and nothing is duplicated because every child has a fixed name and is applied
+idempotently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from controller.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
+from controller.reconcile.datasetcache import DatasetCacheReconciler
+from controller.reconcile.events import EventRecorder
+from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
+from controller.reconcile.metrics import Metrics, start_counting
+from controller.reconcile.queue import ShutDown, WorkQueue
+from controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
+from webhook.kube.client import KubeClient
+from webhook.kube.errors import ApiError, NotFound
+from webhook.kube.informer import CacheEvent, Informer, object_key, strip_managed_fields
+from webhook.kube.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    CONFIGMAPS,
+    DATASET_CACHES,
+    JOBSETS,
+    SECRETS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+)
+from webhook.runtime.names import DATASET_CACHE_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+TRAINJOB = "TrainJob"
+DATASET_CACHE = "DatasetCache"
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def secret_metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """Secrets are cached for their existence only: never keep key material in the controller's memory."""
+    obj = strip_managed_fields(obj)
+    return {k: v for k, v in obj.items() if k not in ("data", "stringData")}
+
+
+@dataclass
+class Settings:
+    workers: int = 5
+    namespace: str | None = None  # None: all namespaces
+    cache_agent_image: str = "ghcr.io/trainguard/trainguard:latest"
+    watch_podgroups: bool = True
+
+
+class Controller:
+    def __init__(self, kube: KubeClient, settings: Settings, metrics: Metrics, identity: str) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.queue: WorkQueue[Key] = WorkQueue()
+        ns = settings.namespace
+
+        def informer(resource: Any, **kw: Any) -> Informer:
+            return Informer(kube, resource, namespace=None if not resource.namespaced else ns, **kw)
+
+        self.trainjobs = informer(TRAINJOBS)
+        self.jobsets = informer(JOBSETS)
+        self.configmaps = informer(CONFIGMAPS)
+        self.secrets = informer(SECRETS, transform=secret_metadata_only)
+        self.training_runtimes = informer(TRAINING_RUNTIMES)
+        self.cluster_training_runtimes = informer(CLUSTER_TRAINING_RUNTIMES)
+        self.dataset_caches = informer(DATASET_CACHES)
+        self.daemonsets = informer(DAEMONSETS, label_selector=f"{LABEL_COMPONENT}={COMPONENT}")
+        self.agent_pods = informer(PODS, label_selector=f"{LABEL_COMPONENT}={COMPONENT}")
+        self.podgroups = [informer(COSCHEDULING_PODGROUPS), informer(VOLCANO_PODGROUPS)] if settings.watch_podgroups else []
+        self._informers = [self.trainjobs, self.jobsets, self.configmaps, self.secrets, self.training_runtimes,
+                           self.cluster_training_runtimes, self.dataset_caches, self.daemonsets, self.agent_pods,
+                           *self.podgroups]
+        # PodGroup CRDs are optional (scheduler-plugins / Volcano may not be installed): they do not gate readiness.
+        self._required = self._informers[: len(self._informers) - len(self.podgroups)]
+
+        events = EventRecorder(kube, identity)
+        self.trainjob_reconciler = TrainJobReconciler(
+            kube,
+            TrainJobCaches(
+                trainjobs=self.trainjobs, jobsets=self.jobsets, configmaps=self.configmaps, secrets=self.secrets,
+                training_runtimes=self.training_runtimes, cluster_training_runtimes=self.cluster_training_runtimes,
+                dataset_caches=self.dataset_caches,
+                coscheduling_podgroups=self.podgroups[0] if self.podgroups else None,
+                volcano_podgroups=self.podgroups[1] if self.podgroups else None,
+            ),
+            events,
+        )
+        self.cache_reconciler = DatasetCacheReconciler(
+            kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
+            agent_image=settings.cache_agent_image,
+        )
+        self._wire_handlers()
+        self._workers: list[asyncio.Task[None]] = []
+
+    # ---- caches -------------------------------------------------------------------------------------------
+    def _wire_handlers(self) -> None:
+        add = self.queue.add
+        self.trainjobs.add_handler(lambda ev: add((TRAINJOB, *object_key(ev.obj))))
+
+        def owned(ev: CacheEvent) -> None:
+            owner = controller_owner(ev.obj, "TrainJob", "trainer.kubeflow.org")
+            if owner:
+                add((TRAINJOB, object_key(ev.obj)[0], owner))
+
+        for inf in (self.jobsets, self.configmaps, self.secrets, *self.podgroups):
+            inf.add_handler(owned)
+
+        def runtime_changed(ev: CacheEvent) -> None:
+            if ev.type == "DELETED":
+                return
+            obj = dict(ev.obj)
+            obj.setdefault("kind", "TrainingRuntime" if (obj.get("metadata") or {}).get("namespace")
+                           else "ClusterTrainingRuntime")
+            for ns, name in trainjobs_using_runtime(self.trainjobs, obj):
+                add((TRAINJOB, ns, name))
+
+        self.training_runtimes.add_handler(runtime_changed)
+        self.cluster_training_runtimes.add_handler(runtime_changed)
+
+        def cache_changed(ev: CacheEvent) -> None:
+            ns, name = object_key(ev.obj)
+            add((DATASET_CACHE, ns, name))
+            for (job_ns, job_name), job in self.trainjobs.items():
+                if job_ns == ns and ((job.get("metadata") or {}).get("annotations") or {}).get(
+                        DATASET_CACHE_ANNOTATION) == name:
+                    add((TRAINJOB, job_ns, job_name))
+
+        self.dataset_caches.add_handler(cache_changed)
+
+        def agent_changed(ev: CacheEvent) -> None:
+            cache = ((ev.obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CACHE)
+            if cache:
+                add((DATASET_CACHE, object_key(ev.obj)[0], cache))
+
+        self.daemonsets.add_handler(agent_changed)
+        self.agent_pods.add_handler(agent_changed)
+
+    def start_caches(self) -> None:
+        for inf in self._informers:
+            inf.start()
+
+    @property
+    def synced(self) -> bool:
+        return all(inf.synced.is_set() for inf in self._required)
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(inf.synced.wait() for inf in self._required))
+
+    async def stop_caches(self) -> None:
+        await asyncio.gather(*(inf.stop() for inf in self._informers))
+
+    # ---- workers ------------------------------------------------------------------------------------------
+    def start_workers(self) -> None:
+        for i in range(self.settings.workers):
+            self._workers.append(asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}"))
+
+    async def shutdown_workers(self) -> None:
+        """Hand out no more keys, let every in-flight reconcile finish, then stop the workers."""
+        await self.queue.shutdown()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+
+    def observe_queue(self) -> None:
+        self.metrics.queue_depth.set(len(self.queue))
+        self.metrics.queue_in_flight.set(len(self.queue.in_flight))
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                await self._process(key)
+            finally:
+                self.queue.done(key)
+
+    async def _process(self, key: Key) -> None:
+        kind, namespace, name = key
+        counter = start_counting()
+        started = time.perf_counter()
+        result_label = "success"
+        try:
+            if kind == TRAINJOB:
+                result = await self.trainjob_reconciler.reconcile(namespace, name)
+            else:
+                result = await self.cache_reconciler.reconcile(namespace, name)
+            self.queue.forget(key)
+            if result.requeue_after is not None:
+                result_label = "requeue"
+                self.queue.add_after(key, result.requeue_after)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # every failure is retried with backoff; the reason labels the metric
+            result_label = "error"
+            reason = _reason(err)
+            self.metrics.errors.labels(kind, reason).inc()
+            self.metrics.queue_retries.inc()
+            level = logging.INFO if reason in ("StaleTrainJob", "Conflict") else logging.WARNING
+            log.log(level, "reconcile %s %s/%s failed (%s): %s", kind, namespace, name, reason, err)
+            self.queue.add_rate_limited(key)
+        finally:
+            self.metrics.reconciles.labels(kind, result_label).inc()
+            self.metrics.duration.labels(kind).observe(time.perf_counter() - started)
+            self.metrics.api_requests.labels(kind).observe(counter[0])
+            self.observe_queue()
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, ReconcileError):
+        return err.reason
+    if isinstance(err, NotFound):
+        return "NotFound"
+    if isinstance(err, ApiError):
+        return err.reason or f"HTTP{err.code}"
+    return type(err).__name__
+

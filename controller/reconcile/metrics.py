@@ -1,0 +1,86 @@
+"""Prometheus metrics and the plain-HTTP health endpoints of ``trainguard controller``.
+
+One port serves ``/metrics`` (Prometheus text format), ``/healthz`` (the process and its event loop answer) and
+``/readyz`` (the watch caches have synced; a standby is ready too, since it can take over at once). The registry
+is per instance, so tests can run several controllers in one process.
+
+API requests per reconcile are counted by ``CountingKubeClient``: every request goes through
+``KubeClient.request``, and the reconcile in progress on this task owns a counter in a context variable.
+Watches and list calls of the caches run in their own tasks with no counter and are not counted.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from webhook.kube.client import KubeClient
+
+_requests: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("trainguard_api_requests", default=None)
+
+
+class CountingKubeClient(KubeClient):
+    """``KubeClient`` that adds one to the current reconcile's request counter per API call."""
+
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        counter = _requests.get()
+        if counter is not None:
+            counter[0] += 1
+        return await super().request(*args, **kwargs)
+
+
+def start_counting() -> list[int]:
+    """Begin counting API requests made from this task; read the returned cell at the end."""
+    cell = [0]
+    _requests.set(cell)
+    return cell
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.reconciles = Counter("trainguard_reconcile_total", "Reconciles by kind and result (success, error, requeue).",
+                                  ["kind", "result"], registry=r)
+        self.duration = Histogram("trainguard_reconcile_duration_seconds", "Time spent in one reconcile.", ["kind"],
+                                  buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+                                  registry=r)
+        self.errors = Counter("trainguard_reconcile_errors_total", "Failed reconciles by reason.", ["kind", "reason"],
+                              registry=r)
+        self.api_requests = Histogram("trainguard_reconcile_api_requests", "API requests made by one reconcile.",
+                                      ["kind"], buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50), registry=r)
+        self.queue_depth = Gauge("trainguard_workqueue_depth", "Keys waiting in the work queue.", registry=r)
+        self.queue_in_flight = Gauge("trainguard_workqueue_in_flight", "Keys being reconciled now.", registry=r)
+        self.queue_retries = Counter("trainguard_workqueue_retries_total", "Keys requeued with backoff.", registry=r)
+        self.leader = Gauge("trainguard_leader", "1 while this replica holds the leader Lease.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(metrics: Metrics, host: str, port: int, ready: Callable[[], bool],
+                before_scrape: Callable[[], None] = lambda: None) -> web.AppRunner:
+    """Start the HTTP endpoints; returns the runner (``await runner.cleanup()`` to stop)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ok") if ready() else web.Response(status=503, text="caches not synced")
+
+    async def scrape(_: web.Request) -> web.Response:
+        before_scrape()
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, port)
+    await site.start()
+    return runner
