@@ -140,7 +140,7 @@ def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, poli
             if merged != list(pod_spec(rjob).get("tolerations") or []):
                 _pod_spec_entry(job_entry(name))["tolerations"] = merged
 
-    kai_queue, _ = first_set(policies, lambda p: p.spec.scheduling.kai.queue if p.spec.scheduling.kai else None)
+    kai_queue, _ = first_set(policies, lambda p: p.spec.scheduling.kai_queue)
     template: Object = {}
     jobset_labels = (((runtime.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
     other_labels = {k for p in _other_patches(trainjob)
@@ -214,11 +214,10 @@ def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Po
             value = first_set(policies, kueue(field))[0] or _runtime_declared(runtime, key)
             if value:
                 labels[key] = value
-    kai_queue = first_set(policies, lambda p: p.spec.scheduling.kai.queue if p.spec.scheduling.kai else None)[0]
+    kai_queue = first_set(policies, lambda p: p.spec.scheduling.kai_queue)[0]
     if kai_queue and KAI_QUEUE_LABEL not in labels:
         labels[KAI_QUEUE_LABEL] = kai_queue
-    scheduler = first_set(
-        policies, lambda p: p.spec.scheduling.kai.scheduler_name if p.spec.scheduling.kai else None)[0]
+    scheduler = first_set(policies, lambda p: p.spec.scheduling.scheduler_name)[0]
     if scheduler and SCHEDULER_NAME_ANNOTATION not in annotations and not _runtime_sets_scheduler(runtime):
         annotations[SCHEDULER_NAME_ANNOTATION] = scheduler
     for p in policies:

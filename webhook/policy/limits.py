@@ -2,6 +2,8 @@
 
 Each violation names the field the user can change, the value found, the limit and the policy that set it. The
 caller decides what a violation does: a denial under ``mode: Enforce``, an admission warning under ``Audit``.
+Images and required requests concern the trainer replicatedJobs' pods (the API documents the limits as "the
+trainer image" and "every trainer node"): initializer images come from the runtime, which the platform team owns.
 Limits are checked on CREATE only: the TrainJob's trainer and runtimeRef are immutable, so an UPDATE cannot change
 what a limit measures, and a policy tightened later must not block status-like updates (Kueue's unsuspend, a
 finalizer removal) of jobs admitted before.
@@ -42,7 +44,7 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
     trainer = _trainer(trainjob)
     found: list[FieldError] = []
 
-    if limits.allowed_runtimes is not None and runtime_name not in limits.allowed_runtimes:
+    if limits.allowed_runtimes and runtime_name not in limits.allowed_runtimes:
         found.append(invalid("spec.runtimeRef.name", runtime_name,
                              f"runtime is not allowed by {_of(policy)}; allowed: {', '.join(limits.allowed_runtimes)}"))
 
@@ -66,8 +68,8 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
             f"more than maxTotalGPUs {limits.max_total_gpus} of {_of(policy)}",
         ))
 
-    if limits.allowed_image_prefixes is not None:
-        for job, kind, container, image in images(effective.spec):
+    if limits.allowed_image_prefixes:
+        for job, kind, container, image in images(effective.spec, effective.trainer_jobs):
             if image is not None and any(image.startswith(p) for p in limits.allowed_image_prefixes):
                 continue
             trainer_image = trainer.get("image") is not None and job in effective.trainer_jobs and container == "node"
@@ -78,14 +80,13 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
                 f"[{', '.join(limits.allowed_image_prefixes)}] ({_of(policy)})",
             ))
 
-    trainers = {ps.name for ps in trainer_pod_sets(effective)}
-    for resource in limits.required_requests or ():
-        for ps in effective.pod_sets:
+    for resource in limits.required_requests:
+        for ps in trainer_pod_sets(effective):
             if Decimal(str(ps.requests.get(resource, 0) or 0)) > 0:
                 continue
-            path = ("spec.trainer.resourcesPerNode.requests" if ps.name in trainers else
-                    f"spec.runtimeRef")
             found.append(required(
-                path, f"pods of replicatedJob {ps.name} must request {resource} ({_of(policy)} requires it)",
+                "spec.trainer.resourcesPerNode.requests",
+                f"trainer pods of replicatedJob {ps.name} must request {resource} ({_of(policy)} requires it; "
+                "set it here or in the runtime)",
             ))
     return [Violation(policy, e) for e in found]

@@ -1,8 +1,9 @@
 """Which TrainJobPolicies apply to a TrainJob, and in what order.
 
-A policy applies when its ``namespaceSelector`` matches the TrainJob's namespace labels (from the snapshot, plus
-the ``kubernetes.io/metadata.name`` label the apiserver puts on every namespace) and its ``runtimeSelector``
-matches the referenced runtime's own labels. A missing selector matches everything.
+A policy applies when every selector it gives matches (a missing selector matches everything):
+``selector.namespaceSelector`` the TrainJob's namespace labels (from the snapshot, plus the
+``kubernetes.io/metadata.name`` label the apiserver puts on every namespace); ``selector.trainJobSelector`` the
+TrainJob's own labels; ``selector.runtimeSelector`` the runtimeRef's name and kind and the runtime object's labels.
 
 Order of application (documented, and independent of the order the API or the cache lists policies in):
 ``spec.priority`` descending, then ``metadata.name`` ascending. For every default (labels, Kueue/KAI settings,
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from webhook.api.meta import label_selector_matches
 from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
+from webhook.policy.runtime_ref import runtime_ref
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -43,19 +45,28 @@ def parse_all(objects: Mapping[str, dict[str, Any]]) -> tuple[list[Policy], list
     return policies, problems
 
 
+def selects(policy: Policy, ns_labels: Mapping[str, str], trainjob: Mapping[str, Any],
+            runtime: Mapping[str, Any] | None) -> bool:
+    sel = policy.spec.selector
+    ref = runtime_ref(dict(trainjob))
+    runtime_labels = dict(((runtime or {}).get("metadata") or {}).get("labels") or {})
+    trainjob_labels = dict((trainjob.get("metadata") or {}).get("labels") or {})
+    return (label_selector_matches(sel.namespace, dict(ns_labels))
+            and label_selector_matches(sel.trainjob, trainjob_labels)
+            and (sel.runtime_names is None or ref.name in sel.runtime_names)
+            and (sel.runtime_kinds is None or ref.kind in sel.runtime_kinds)
+            and label_selector_matches(sel.runtime_labels, runtime_labels))
+
+
 def matching_policies(
     policies: Iterable[Policy],
+    trainjob: Mapping[str, Any],
     namespace: str,
     ns_labels: Mapping[str, Mapping[str, str]],
     runtime: Mapping[str, Any] | None,
 ) -> list[Policy]:
     labels = namespace_labels(namespace, ns_labels)
-    runtime_labels = dict(((runtime or {}).get("metadata") or {}).get("labels") or {})
-    return application_order(
-        p for p in policies
-        if label_selector_matches(p.spec.namespace_selector, labels)
-        and label_selector_matches(p.spec.runtime_selector, runtime_labels)
-    )
+    return application_order(p for p in policies if selects(p, labels, trainjob, runtime))
 
 
 def first_set(policies: Iterable[Policy], pick) -> tuple[Any, Policy | None]:

@@ -88,7 +88,7 @@ def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdic
         if runtime is not None:
             policies, problems = parse_all(snapshot.policies)
             warnings += problems
-            matched = matching_policies(policies, namespace, snapshot.namespace_labels, runtime)
+            matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
             if matched:
                 effective = framework.effective_job_or_none(obj, runtime)
                 obj = apply_policies(obj, runtime, effective, matched)
@@ -122,7 +122,7 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
     if review.operation == "CREATE":
         policies, problems = parse_all(snapshot.policies)
         warnings += problems
-        matched = matching_policies(policies, namespace, snapshot.namespace_labels, runtime)
+        matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
         effective = framework.effective_job_or_none(obj, runtime) if matched else None
         if effective is not None:
             for policy in matched:

@@ -1,15 +1,17 @@
 """Validation of TrainJobPolicy objects for policy authors.
 
 Denied (the policy could never work as written):
-* unreadable fields (wrong types, unknown mode/placement/scheduler);
-* topology levels that are not valid label keys, repeat a label, or do not strictly grow (narrowest first);
-  KAI as a target without ``kaiTopology`` (KAI needs the Topology object's name);
-* impossible limits: a maximum below 1, ``maxGPUsPerNode`` above ``maxTotalGPUs``, an empty ``allowedRuntimes`` or
-  ``allowedImagePrefixes`` list (it would refuse every job), an empty prefix, an invalid resource name;
+* unreadable fields (wrong types, unknown mode/placement/target) -- normally caught by the CRD schema first;
+* topology levels that are not valid label keys, repeat a label, or do not strictly grow (narrowest first; the
+  CRD only checks "sorted", which lets two levels hold the same number of GPUs);
+* impossible limits: ``maxGpusPerNode`` or ``maxTotalGpus`` of 0 (refuses every GPU job), ``maxGpusPerNode``
+  above ``maxTotalGpus``, an empty image prefix or runtime name, an invalid resource name;
 * a conflict: another policy with the SAME priority whose selectors can match the same TrainJob (an empty selector,
   equal selectors, or a namespace / runtime in the snapshot both match) and that sets the same default to a
   different value. Priorities decide between different levels, so equal priorities must agree.
 Warned (allowed, but probably a mistake):
+* KAI as a target without ``kaiTopology`` (KAI's ``kai.scheduler/topology`` annotation cannot be written; only
+  the placement annotation is);
 * a topology label outside the well-known set (kubernetes.io/hostname, topology.kubernetes.io/*, nvidia.com/gpu.clique,
   cloud.google.com/gce-topology-*, ...): Kueue/KAI will wait forever if no node carries it;
 * ``maxGPUsPerNode`` above the narrowest level's domain, or ``maxTotalGPUs`` above the widest: jobs inside the
@@ -22,7 +24,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from webhook.api.meta import label_selector_matches
-from webhook.field import FieldError, duplicate, invalid, required
+from webhook.field import FieldError, duplicate, invalid
 from webhook.policy.matching import namespace_labels
 from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
 
@@ -69,38 +71,37 @@ def _own_errors(policy: Policy) -> tuple[list[FieldError], list[str]]:
                     f"levels go from narrowest to widest, so must be more than the {topo.levels[i - 1].gpus_per_domain} "
                     f"GPUs of levels[{i - 1}] ({topo.levels[i - 1].node_label})"))
         if "KAI" in topo.schedulers and not topo.kai_topology:
-            errors.append(required("spec.topology.kaiTopology",
-                                   "KAI placement annotations need the name of the KAI Topology object"))
+            warnings.append("spec.topology.kaiTopology: not set, so the kai.scheduler/topology annotation is not "
+                            "written; KAI needs it to apply the placement")
 
     limits = policy.spec.limits
-    for field, value in (("maxNodes", limits.max_nodes), ("maxGPUsPerNode", limits.max_gpus_per_node),
-                         ("maxTotalGPUs", limits.max_total_gpus)):
+    for field, value in (("maxNodes", limits.max_nodes), ("maxGpusPerNode", limits.max_gpus_per_node),
+                         ("maxTotalGpus", limits.max_total_gpus)):
         if value is not None and value < 1:
-            errors.append(invalid(f"spec.limits.{field}", value, "must be at least 1 (0 would refuse every job)"))
+            errors.append(invalid(f"spec.limits.{field}", value,
+                                  "must be at least 1: 0 refuses every job that uses the resource; to forbid GPUs, "
+                                  "use a namespace without GPU quota instead"))
     if (limits.max_gpus_per_node is not None and limits.max_total_gpus is not None
             and limits.max_gpus_per_node > limits.max_total_gpus >= 1):
-        errors.append(invalid("spec.limits.maxGPUsPerNode", limits.max_gpus_per_node,
-                              f"cannot exceed maxTotalGPUs {limits.max_total_gpus}: one node would break the total"))
+        errors.append(invalid("spec.limits.maxGpusPerNode", limits.max_gpus_per_node,
+                              f"cannot exceed maxTotalGpus {limits.max_total_gpus}: one node would break the total"))
     for field, values in (("allowedRuntimes", limits.allowed_runtimes),
                           ("allowedImagePrefixes", limits.allowed_image_prefixes)):
-        if values is not None and not values:
-            errors.append(invalid(f"spec.limits.{field}", [], "must not be empty: it would refuse every TrainJob; "
-                                  "omit the field to allow all"))
-        for i, v in enumerate(values or ()):
+        for i, v in enumerate(values):
             if not v:
                 errors.append(invalid(f"spec.limits.{field}[{i}]", v, "must not be empty"))
-    for i, resource in enumerate(limits.required_requests or ()):
+    for i, resource in enumerate(limits.required_requests):
         if not _QUALIFIED.match(resource):
-            errors.append(invalid(f"spec.limits.requiredRequests[{i}]", resource, "must be a resource name"))
+            errors.append(invalid(f"spec.limits.requiredResourceRequests[{i}]", resource, "must be a resource name"))
     if topo is not None and topo.levels:
         if limits.max_gpus_per_node is not None and limits.max_gpus_per_node > topo.levels[0].gpus_per_domain:
             warnings.append(
-                f"spec.limits.maxGPUsPerNode: {limits.max_gpus_per_node} is more than the "
+                f"spec.limits.maxGpusPerNode: {limits.max_gpus_per_node} is more than the "
                 f"{topo.levels[0].gpus_per_domain} GPUs of the narrowest topology level {topo.levels[0].node_label}; "
                 "such jobs pass the limit but fit no level")
         if limits.max_total_gpus is not None and limits.max_total_gpus > topo.levels[-1].gpus_per_domain:
             warnings.append(
-                f"spec.limits.maxTotalGPUs: {limits.max_total_gpus} is more than the "
+                f"spec.limits.maxTotalGpus: {limits.max_total_gpus} is more than the "
                 f"{topo.levels[-1].gpus_per_domain} GPUs of the widest topology level {topo.levels[-1].node_label}; "
                 "such jobs pass the limit but fit no level")
     return errors, warnings
@@ -111,8 +112,8 @@ _SETTINGS: tuple[tuple[str, Callable[[Policy], Any]], ...] = (
     ("spec.scheduling.kueue.queueName", lambda p: p.spec.scheduling.kueue and p.spec.scheduling.kueue.queue_name),
     ("spec.scheduling.kueue.priorityClass",
      lambda p: p.spec.scheduling.kueue and p.spec.scheduling.kueue.priority_class),
-    ("spec.scheduling.kai.queue", lambda p: p.spec.scheduling.kai and p.spec.scheduling.kai.queue),
-    ("spec.scheduling.kai.schedulerName", lambda p: p.spec.scheduling.kai and p.spec.scheduling.kai.scheduler_name),
+    ("spec.scheduling.kai.queue", lambda p: p.spec.scheduling.kai_queue),
+    ("spec.scheduling.schedulerName", lambda p: p.spec.scheduling.scheduler_name),
     ("spec.topology", lambda p: p.spec.topology.model_dump(by_alias=True) if p.spec.topology else None),
     ("spec.defaults.activeDeadlineSeconds", lambda p: p.spec.defaults.active_deadline_seconds),
     ("spec.defaults.nodeSelector", lambda p: p.spec.defaults.node_selector or None),
@@ -126,10 +127,20 @@ def _selectors_overlap(a, b, candidates: list[dict[str, str]]) -> bool:
     return any(label_selector_matches(a, c) and label_selector_matches(b, c) for c in candidates)
 
 
+def _sets_overlap(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+    return a is None or b is None or bool(set(a) & set(b))
+
+
 def _overlap(p: Policy, q: Policy, ns_labels: Mapping[str, Mapping[str, str]], runtime_labels: list[dict[str, str]]) -> bool:
+    """Whether some TrainJob could match both (conservative: unknown label combinations are assumed to exist only
+    when a selector is absent or both are equal)."""
+    a, b = p.spec.selector, q.spec.selector
     namespaces = [namespace_labels(ns, ns_labels) for ns in ns_labels]
-    return (_selectors_overlap(p.spec.namespace_selector, q.spec.namespace_selector, namespaces)
-            and _selectors_overlap(p.spec.runtime_selector, q.spec.runtime_selector, runtime_labels))
+    return (_selectors_overlap(a.namespace, b.namespace, namespaces)
+            and _selectors_overlap(a.runtime_labels, b.runtime_labels, runtime_labels)
+            and _sets_overlap(a.runtime_names, b.runtime_names)
+            and _sets_overlap(a.runtime_kinds, b.runtime_kinds)
+            and (a.trainjob is None or b.trainjob is None or a.trainjob == b.trainjob))
 
 
 def conflict_errors(policy: Policy, others: list[Policy], ns_labels: Mapping[str, Mapping[str, str]],

@@ -36,9 +36,12 @@ def job_shape(effective: Any, gpu_resource: str) -> JobShape:
     return JobShape(nodes=nodes, gpus_per_node=per_node, total_gpus=total)
 
 
-def images(spec: dict[str, Any]) -> Iterable[tuple[str, str, str, str | None]]:
-    """(replicatedJob, kind, container, image) for every container and initContainer of a JobSet spec."""
+def images(spec: dict[str, Any], jobs: Iterable[str]) -> Iterable[tuple[str, str, str, str | None]]:
+    """(replicatedJob, kind, container, image) for every container and initContainer of the named replicatedJobs."""
+    wanted = set(jobs)
     for rjob in spec.get("replicatedJobs") or []:
+        if rjob.get("name") not in wanted:
+            continue
         pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
         for kind in ("initContainers", "containers"):
             for c in pod.get(kind) or []:
