@@ -20,10 +20,11 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
           num_nodes: int                            pods of the node pod set
           gpus_per_node: int                        GPUs one node pod requests (merged view, not raw override)
           total_gpus: int                           Σ over pod sets of GPUs per pod × count
-        ``PodSet`` fields: name, ancestor (str | None), count, requests (dict[str, Decimal], one pod, limits
-        default missing requests), gpus (per pod), containers / init_containers (names).
+        ``PodSet`` fields: name, ancestor (str | None), count (pods per replica), replicas, pods (count ×
+        replicas), requests (dict[str, webhook.api.quantity.Quantity] for ONE pod; limits stand in for missing
+        requests), gpus (per pod), containers / init_containers (names).
 
-    validate_trainjob(trainjob, old_trainjob, runtime, jobset, *, priority_classes=None)
+    validate_trainjob(trainjob, old_trainjob, runtime, jobset_obj, *, priority_classes=None)
             -> tuple[list[FieldError], list[str]]
         Reference §2.5 from item 4 on: initializer checks, runtimePatches checks (domain-prefixed manager,
         targets exist, no env on reserved containers, update only while suspended, not while a replicated job
@@ -47,7 +48,33 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
     BuildError(ValueError)     a TrainJob/runtime pair that cannot produce objects (message says why)
 
 Lower-level pieces, one concept per module: ``merge`` (strategic merge, patches, trainer overrides),
-``resources`` (quantities, pod requests, GPU counting), ``effective`` (the pipeline), ``torch``/``torchtune``/
-``mpi``/``jax``/``xgboost``/``flux``/``plain`` (ML policies), ``coscheduling``/``volcano`` (pod groups),
-``jobset`` (assembly and the JobSet-level validation), ``snapshot``, ``keys``, ``extras`` (trainguard effects).
+``draft`` (the job under construction), ``resources`` (pod requests, GPU/CPU counting), ``effective`` (the
+pipeline), ``torch``/``torchtune``/``mpi``/``jax``/``xgboost``/``flux``/``plain`` (ML policies),
+``coscheduling``/``volcano`` (pod groups), ``jobset`` (JobSet rules and assembly), ``validate``, ``build``,
+``snapshot``, ``keys``, ``objects`` (owner references), ``extras`` (trainguard effects).
 """
+
+from __future__ import annotations
+
+from webhook.runtime.build import ExistingObjects, build_objects
+from webhook.runtime.draft import BuildError
+from webhook.runtime.effective import EffectiveJob, PodSet, effective_job
+from webhook.runtime.keys import KeySource, generated_keys, placeholder_keys
+from webhook.runtime.snapshot import InvalidRuntimeSnapshot, build_runtime_snapshot, runtime_from_snapshot
+from webhook.runtime.validate import validate_trainjob
+
+__all__ = [
+    "BuildError",
+    "EffectiveJob",
+    "ExistingObjects",
+    "InvalidRuntimeSnapshot",
+    "KeySource",
+    "PodSet",
+    "build_objects",
+    "build_runtime_snapshot",
+    "effective_job",
+    "generated_keys",
+    "placeholder_keys",
+    "runtime_from_snapshot",
+    "validate_trainjob",
+]

@@ -1,0 +1,69 @@
+"""``build_objects``: every object the reconciler server-side-applies for one TrainJob, in apply order.
+
+Pure: what already exists in the cluster comes in as ``ExistingObjects`` and key material through a
+``KeySource``. Skip rules (reference §3.3, §3.8): a running JobSet (it exists, and neither it nor the TrainJob
+is suspended) is never re-applied, and an existing PodGroup is frozen unless the TrainJob is suspended; Secrets
+holding keys are created once. Building twice from the same inputs gives the same objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from webhook.runtime import coscheduling, flux, jobset, mpi, volcano
+from webhook.runtime.draft import BuildError, as_object
+from webhook.runtime.effective import compute
+from webhook.runtime.keys import KeySource
+from webhook.runtime.names import DATASET_CACHE_ANNOTATION
+
+
+@dataclass(frozen=True)
+class ExistingObjects:
+    """What the reconciler's caches say already exists for this TrainJob."""
+
+    jobset: Mapping[str, Any] | None = None  # the live JobSet (its spec.suspend matters)
+    pod_group: bool = False
+    mpi_ssh_secret: bool = False
+    flux_curve_secret: bool = False
+
+
+def build_objects(
+    trainjob: Any,
+    runtime: Any,
+    *,
+    keys: KeySource,
+    existing: ExistingObjects = ExistingObjects(),
+    dataset_cache: Any = None,
+) -> list[dict]:
+    tj = as_object(trainjob)
+    job, draft = compute(tj, runtime)
+    suspended = bool((tj.get("spec") or {}).get("suspend"))
+    objects: list[dict] = []
+    if not jobset.is_running(tj, existing.jobset):
+        built = jobset.build_jobset(tj, job.labels, job.annotations, job.spec)
+        objects.append(_wire_dataset_cache(built, tj, dataset_cache))
+    if job.ml_policy == "mpi":
+        objects += mpi.build(draft, tj, keys=keys, secret_exists=existing.mpi_ssh_secret)
+    if job.pod_group_policy and (suspended or not existing.pod_group):
+        module = coscheduling if job.pod_group_policy == "coscheduling" else volcano
+        objects.append(module.build(draft, job.pod_sets, tj))
+    if job.ml_policy == "flux":
+        objects += flux.build(draft, tj, keys=keys, secret_exists=existing.flux_curve_secret)
+    return objects
+
+
+def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache: Any) -> dict:
+    wanted = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(DATASET_CACHE_ANNOTATION)
+    if not wanted:
+        return built
+    if dataset_cache is None:
+        raise BuildError(f"DatasetCache {wanted!r} named by annotation {DATASET_CACHE_ANNOTATION} was not provided")
+    cache = as_object(dataset_cache)
+    got = (cache.get("metadata") or {}).get("name")
+    if got != wanted:
+        raise BuildError(f"DatasetCache {got!r} was provided but annotation {DATASET_CACHE_ANNOTATION} names {wanted!r}")
+    # Imported here: the cache engineer owns the module, and only cache-wired jobs need it.
+    from webhook.runtime.dataset_cache import wire_dataset_cache
+
+    return wire_dataset_cache(built, trainjob, cache)

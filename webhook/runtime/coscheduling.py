@@ -1,0 +1,45 @@
+"""Coscheduling pod-group policy (reference §3.8): one scheduler-plugins PodGroup gating every pod of the job.
+
+``minMember`` counts every pod (initializers included), ``minResources`` is Σ per-pod requests × count. The
+PodGroup is frozen once created unless the TrainJob is suspended (same skip rule as the JobSet).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from webhook.api.quantity import format_resource_list, scale_resources, sum_resources
+from webhook.runtime.draft import Draft, pod_metadata
+from webhook.runtime.objects import owned_object
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
+
+
+def applies(draft: Draft) -> bool:
+    return draft.pod_group_policy.get("coscheduling") is not None
+
+
+def enforce(draft: Draft) -> None:
+    for rj in draft.jobs():
+        meta = pod_metadata(rj)
+        meta["labels"] = {**(meta.get("labels") or {}), POD_GROUP_LABEL: draft.name}
+
+
+def gang_size(pod_sets) -> tuple[int, dict[str, str]]:
+    """(minMember, minResources) over every pod set."""
+    members = sum(ps.count for ps in pod_sets)
+    resources = sum_resources(scale_resources(ps.requests, ps.count) for ps in pod_sets)
+    return members, format_resource_list(resources)
+
+
+def build(draft: Draft, pod_sets, trainjob: Mapping[str, Any]) -> dict:
+    policy = draft.pod_group_policy.get("coscheduling") or {}
+    members, resources = gang_size(pod_sets)
+    pod_group = owned_object("scheduling.x-k8s.io/v1alpha1", "PodGroup", draft.name, trainjob)
+    pod_group["spec"] = {
+        "minMember": members,
+        "minResources": resources,
+        "scheduleTimeoutSeconds": policy.get("scheduleTimeoutSeconds", DEFAULT_SCHEDULE_TIMEOUT_SECONDS),
+    }
+    return pod_group

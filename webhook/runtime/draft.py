@@ -1,0 +1,257 @@
+"""The job under construction: one TrainJob + runtime pair while the pipeline refines it.
+
+``prepare`` does what every consumer needs before any policy runs (reference §3.2 step 2): runtime template
+⊕ runtimePatches ⊕ ``resourcesPerNode``, template metadata ⊕ patch metadata, and the initial pod counts.
+Validation reads the prepared draft (upstream validates "without running enforce plugins"); ``effective_job``
+goes on to enforce policies on it. A ``Draft`` owns deep copies of everything, so policies may edit it in place
+and the caller's objects are never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from webhook.runtime import merge
+from webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, LAUNCHER, NODE
+
+
+class BuildError(ValueError):
+    """A TrainJob/runtime pair that cannot produce objects; the message says why (it reaches Events)."""
+
+
+ML_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
+
+
+def as_object(obj: Any) -> dict:
+    """A deep-copied JSON dict from a dict or a ``webhook.api`` model (anything with ``dump()``)."""
+    if obj is None:
+        return {}
+    if hasattr(obj, "dump"):
+        obj = obj.dump()
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"expected an object (dict or model), got {type(obj).__name__}")
+    return copy.deepcopy(dict(obj))
+
+
+@dataclass
+class Draft:
+    trainjob: dict
+    runtime: dict
+    spec: dict  # the JobSet spec being built
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    counts: dict[str, int]  # replicatedJob name -> pods per replica
+    # Values a policy derives during enforcement and an object builder needs later (MPI slots, ...).
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    # -- the TrainJob ------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return (self.trainjob.get("metadata") or {}).get("name", "")
+
+    @property
+    def namespace(self) -> str:
+        return (self.trainjob.get("metadata") or {}).get("namespace", "")
+
+    @property
+    def trainer(self) -> dict | None:
+        """``spec.trainer`` or None: several plugins behave differently when it is absent (upstream quirk)."""
+        return (self.trainjob.get("spec") or {}).get("trainer")
+
+    @property
+    def num_nodes_override(self) -> int | None:
+        return (self.trainer or {}).get("numNodes")
+
+    # -- the runtime -------------------------------------------------------------------------------------
+    @property
+    def ml_policy(self) -> dict:
+        return (self.runtime.get("spec") or {}).get("mlPolicy") or {}
+
+    @property
+    def ml_policy_kind(self) -> str:
+        """Which ML policy runs: the one configured source, or "plain" when none is."""
+        return next((k for k in ML_POLICIES if self.ml_policy.get(k) is not None), "plain")
+
+    @property
+    def pod_group_policy(self) -> dict:
+        return (self.runtime.get("spec") or {}).get("podGroupPolicy") or {}
+
+    # -- replicated jobs ---------------------------------------------------------------------------------
+    def jobs(self) -> list[dict]:
+        return self.spec.setdefault("replicatedJobs", [])
+
+    def job(self, name: str) -> dict | None:
+        return next((rj for rj in self.jobs() if rj.get("name") == name), None)
+
+    def trainer_job(self) -> dict | None:
+        """The first replicatedJob labelled as the trainer ancestor."""
+        return next((rj for rj in self.jobs() if ancestor_of(rj) == ANCESTOR_TRAINER), None)
+
+    def node_job(self) -> dict | None:
+        """The job whose pods are the training nodes: the one named ``node``, else the trainer ancestor."""
+        return self.job(NODE) or self.trainer_job()
+
+    def containers(self, rj: Mapping[str, Any] | None, *, init: bool = False) -> list[dict]:
+        if rj is None:
+            return []
+        return pod_spec(rj).setdefault("initContainers" if init else "containers", [])
+
+    def container(self, rj: Mapping[str, Any] | None, name: str, *, init: bool = False) -> dict | None:
+        return next((c for c in self.containers(rj, init=init) if c.get("name") == name), None)
+
+    def edit_container(self, rj: Mapping[str, Any] | None, name: str, edit: Callable[[dict], dict]) -> bool:
+        """Replace container ``name`` of ``rj`` by ``edit(container)``; False when there is no such container."""
+        containers = self.containers(rj)
+        for i, c in enumerate(containers):
+            if c.get("name") == name:
+                containers[i] = edit(c)
+                return True
+        return False
+
+    def all_pod_specs(self) -> Iterator[tuple[dict, dict]]:
+        for rj in self.jobs():
+            yield rj, pod_spec(rj)
+
+    def endpoints(self, rj: Mapping[str, Any]) -> list[str]:
+        """Stable pod DNS names ``<job>-<rjob>-<replica>-<pod>.<subdomain>`` in replica, then pod order."""
+        subdomain = (self.spec.get("network") or {}).get("subdomain") or self.name
+        count = self.counts.get(rj.get("name"), 1)
+        return [
+            f"{self.name}-{rj.get('name')}-{r}-{p}.{subdomain}"
+            for r in range(rj.get("replicas", 1) or 1)
+            for p in range(count)
+        ]
+
+
+def ancestor_of(rj: Mapping[str, Any]) -> str | None:
+    return (((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+
+
+def pod_spec(rj: Mapping[str, Any]) -> dict:
+    """``rj.template.spec.template.spec``, created empty where missing (the draft owns ``rj``)."""
+    template = rj.setdefault("template", {})  # type: ignore[union-attr]
+    job_spec = template.setdefault("spec", {})
+    pod_template = job_spec.setdefault("template", {})
+    return pod_template.setdefault("spec", {})
+
+
+def pod_metadata(rj: Mapping[str, Any]) -> dict:
+    pod_template = rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})  # type: ignore[union-attr]
+    return pod_template.setdefault("metadata", {})
+
+
+def runtime_patches(trainjob: Mapping[str, Any]) -> list[dict]:
+    return list((trainjob.get("spec") or {}).get("runtimePatches") or [])
+
+
+def prepare(trainjob: Any, runtime: Any) -> Draft:
+    """Template ⊕ runtimePatches ⊕ resourcesPerNode, merged metadata and initial counts (no policy has run).
+
+    Raises ``merge.MergeError`` for a patch that cannot be merged.
+    """
+    tj, rt = as_object(trainjob), as_object(runtime)
+    template = (rt.get("spec") or {}).get("template") or {}
+    patches = runtime_patches(tj)
+    spec = merge.merge_runtime_patches(template.get("spec") or {}, patches)
+    labels, annotations = merge.merge_template_metadata(template.get("metadata"), patches)
+    draft = Draft(trainjob=tj, runtime=rt, spec=spec, labels=labels, annotations=annotations, counts={})
+    for rj in draft.jobs():
+        # The runtime CRDs' embedded JobSet schema defaults these; files given to `trainguard render` lack them.
+        rj.setdefault("replicas", 1)
+        rj.setdefault("groupName", "default")
+    _merge_resources_per_node(draft)
+    _initial_counts(draft)
+    return draft
+
+
+def resources_targets(draft: Draft) -> list[dict]:
+    """Jobs whose ``node`` container runs the trainer: the trainer ancestor, plus (MPI runLauncherAsNode) ``node``."""
+    targets = [rj for rj in [draft.trainer_job()] if rj is not None]
+    mpi = draft.ml_policy.get("mpi")
+    if mpi is not None and mpi.get("runLauncherAsNode"):
+        worker = draft.job(NODE)
+        if worker is not None and all(worker is not t for t in targets):
+            targets.append(worker)
+    return targets
+
+
+def _merge_resources_per_node(draft: Draft) -> None:
+    resources = (draft.trainer or {}).get("resourcesPerNode")
+    if not resources:
+        return
+    for rj in resources_targets(draft):
+        draft.edit_container(rj, NODE, lambda c: merge.merge_resources(c, resources))
+
+
+def _initial_counts(draft: Draft) -> None:
+    """Reference §3.2: trainer ancestor -> mlPolicy.numNodes ?? 1 (when a mlPolicy exists); others -> parallelism ?? 1."""
+    has_ml_policy = (draft.runtime.get("spec") or {}).get("mlPolicy") is not None
+    for rj in draft.jobs():
+        if ancestor_of(rj) == ANCESTOR_TRAINER and has_ml_policy:
+            count = draft.ml_policy.get("numNodes") or 1
+        else:
+            count = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
+        draft.counts[rj.get("name")] = max(1, int(count))
+
+
+def set_trainer_count(draft: Draft) -> None:
+    """``trainer.numNodes`` sizes the trainer-ancestor job (Torch, PlainML, JAX, XGBoost, Flux)."""
+    rj = draft.trainer_job()
+    if rj is not None and draft.num_nodes_override is not None:
+        draft.counts[rj["name"]] = max(1, int(draft.num_nodes_override))
+
+
+def env(name: str, value: Any) -> dict:
+    return {"name": name, "value": str(value)}
+
+
+def completion_index_env(name: str) -> dict:
+    """An env var holding the pod's Job completion index, i.e. its rank among the job's pods."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD_PATH}}}
+
+
+def upsert_into_container(draft: Draft, rj: Mapping[str, Any] | None, name: str, *, env_vars=(), ports=(), mounts=()) -> bool:
+    """Upsert env (by name), ports (by containerPort or name) and volumeMounts (by mountPath) into one container."""
+
+    def edit(c: dict) -> dict:
+        out = dict(c)
+        if env_vars:
+            out["env"] = merge.upsert(out.get("env"), env_vars, "name")
+        if ports:
+            out["ports"] = merge.upsert_ports(out.get("ports"), ports)
+        if mounts:
+            out["volumeMounts"] = merge.upsert(out.get("volumeMounts"), mounts, "mountPath")
+        return out
+
+    return draft.edit_container(rj, name, edit)
+
+
+def upsert_volumes(rj: Mapping[str, Any], volumes: list[dict]) -> None:
+    spec = pod_spec(rj)
+    spec["volumes"] = merge.upsert(spec.get("volumes"), volumes, "name")
+
+
+def is_launcher_as_node(draft: Draft) -> bool:
+    return bool((draft.ml_policy.get("mpi") or {}).get("runLauncherAsNode"))
+
+
+__all__ = [
+    "BuildError",
+    "Draft",
+    "LAUNCHER",
+    "ancestor_of",
+    "as_object",
+    "completion_index_env",
+    "env",
+    "upsert_into_container",
+    "upsert_volumes",
+    "is_launcher_as_node",
+    "pod_metadata",
+    "pod_spec",
+    "prepare",
+    "resources_targets",
+    "runtime_patches",
+    "set_trainer_count",
+]

@@ -1,0 +1,177 @@
+"""The effective job: exactly what the reconciler will build, for the policy engine to reason about.
+
+Pipeline (reference §3.2-3.3; each step a function of the module that owns the concept):
+
+1. ``draft.prepare``: runtime template ⊕ runtimePatches ⊕ ``resourcesPerNode``; metadata; initial counts.
+2. ``jobset.apply_trainer``: image/command/args/env of ``spec.trainer`` into the ``node`` container.
+3. The ML policy (exactly one of torch, mpi, jax, xgboost, flux, plain) sets counts, env, volumes, command.
+4. ``jobset.apply_initializers``: STORAGE_URI, env and secretRef into the initializer containers.
+5. The pod-group policy (coscheduling or volcano) labels/annotates every pod template.
+6. ``jobset.sync_counts``: parallelism = completions = pod count per replicatedJob.
+7. ``extras.apply``: trainguard effects (pod ``schedulerName``) and their record.
+
+GPU numbers are computed from the MERGED view, i.e. from the pod specs of step 7, what the pods will really
+request. Upstream Trainer derives process counts from the raw ``trainer.resourcesPerNode`` (open bug #3974): a
+TrainJob that overrides only CPU on a runtime declaring 8 GPUs per node counts 0 GPUs there; here it counts 8.
+``gpus_per_node`` is the GPU request of one pod of the node pod set (the job named ``node``, else the trainer
+ancestor); ``total_gpus`` sums GPUs per pod × pods over every pod set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from webhook.api.quantity import Quantity
+from webhook.runtime import (
+    coscheduling,
+    extras,
+    flux,
+    jax,
+    jobset,
+    mpi,
+    plain,
+    torch,
+    volcano,
+    xgboost,
+)
+from webhook.runtime.draft import Draft, ancestor_of, prepare, resources_targets
+from webhook.runtime.merge import MergeError
+from webhook.runtime.draft import BuildError
+from webhook.runtime.names import ANCESTOR_TRAINER, LAUNCHER, NODE
+from webhook.runtime.resources import gpus_of, pod_requests
+
+_ML_ENFORCERS = {
+    "torch": torch.enforce,
+    "mpi": mpi.enforce,
+    "jax": jax.enforce,
+    "xgboost": xgboost.enforce,
+    "flux": flux.enforce,
+    "plain": plain.enforce,
+}
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """One replicatedJob as the scheduler sees it."""
+
+    name: str
+    ancestor: str | None
+    count: int  # pods per replica (parallelism)
+    replicas: int
+    requests: Mapping[str, Quantity]  # effective requests of ONE pod
+    gpus: int  # GPUs one pod requests
+    containers: tuple[str, ...]
+    init_containers: tuple[str, ...]
+
+    @property
+    def pods(self) -> int:
+        return self.count * self.replicas
+
+
+@dataclass(frozen=True)
+class EffectiveJob:
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    spec: Mapping[str, Any]  # the JobSet spec as it will be applied (without spec.suspend); do not mutate
+    pod_sets: tuple[PodSet, ...]
+    ml_policy: str
+    pod_group_policy: str | None
+    trainer_jobs: tuple[str, ...]
+    num_nodes: int
+    gpus_per_node: int
+    total_gpus: int
+
+    def pod_set(self, name: str) -> PodSet | None:
+        return next((ps for ps in self.pod_sets if ps.name == name), None)
+
+
+def effective_job(trainjob: Any, runtime: Any) -> EffectiveJob:
+    """TrainJob + runtime -> the job that will run. Raises ``BuildError`` when they cannot produce one."""
+    return compute(trainjob, runtime)[0]
+
+
+def compute(trainjob: Any, runtime: Any) -> tuple[EffectiveJob, Draft]:
+    """The effective job and the finished draft (object builders read the draft's facts)."""
+    try:
+        draft = prepare(trainjob, runtime)
+    except MergeError as e:
+        raise BuildError(f"cannot merge runtimePatches: {e}") from e
+    jobset.apply_trainer(draft)
+    _ML_ENFORCERS[draft.ml_policy_kind](draft)
+    jobset.apply_initializers(draft)
+    pod_group = pod_group_policy(draft)
+    if pod_group == "coscheduling":
+        coscheduling.enforce(draft)
+    elif pod_group == "volcano":
+        volcano.enforce(draft)
+    jobset.sync_counts(draft)
+    extras.apply(draft)
+    return _summarise(draft), draft
+
+
+def pod_group_policy(draft: Draft) -> str | None:
+    if coscheduling.applies(draft):
+        return "coscheduling"
+    if volcano.applies(draft):
+        return "volcano"
+    return None
+
+
+def pod_sets(draft: Draft) -> tuple[PodSet, ...]:
+    out = []
+    for rj in draft.jobs():
+        spec = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        requests = pod_requests(spec)
+        out.append(
+            PodSet(
+                name=rj.get("name", ""),
+                ancestor=ancestor_of(rj),
+                count=draft.counts.get(rj.get("name"), 1),
+                replicas=int(rj.get("replicas", 1) or 1),
+                requests=requests,
+                gpus=gpus_of(requests),
+                containers=tuple(c.get("name", "") for c in spec.get("containers") or []),
+                init_containers=tuple(c.get("name", "") for c in spec.get("initContainers") or []),
+            )
+        )
+    return tuple(out)
+
+
+def _trainer_jobs(draft: Draft) -> tuple[str, ...]:
+    """replicatedJobs that run training processes: the trainer ancestor, plus MPI's ``node`` workers."""
+    names = [rj["name"] for rj in resources_targets(draft)]
+    if draft.ml_policy_kind == "mpi" and draft.job(NODE) is not None and NODE not in names:
+        names.append(NODE)
+    return tuple(names)
+
+
+def _summarise(draft: Draft) -> EffectiveJob:
+    sets = pod_sets(draft)
+    by_name = {ps.name: ps for ps in sets}
+    node_rj = draft.node_job()
+    node_set = by_name.get(node_rj["name"]) if node_rj is not None else None
+    if draft.ml_policy_kind == "mpi" and draft.job(NODE) is not None:
+        # The launcher is one of the nodes only when it runs as a node.
+        num_nodes = by_name[NODE].pods + (1 if draft.job(LAUNCHER) is not None and mpi.is_launcher_as_node(draft) else 0)
+    else:
+        num_nodes = node_set.pods if node_set else 0
+    return EffectiveJob(
+        name=draft.name,
+        namespace=draft.namespace,
+        labels=dict(draft.labels),
+        annotations=dict(draft.annotations),
+        spec=draft.spec,
+        pod_sets=sets,
+        ml_policy=draft.ml_policy_kind,
+        pod_group_policy=pod_group_policy(draft),
+        trainer_jobs=_trainer_jobs(draft),
+        num_nodes=num_nodes,
+        gpus_per_node=node_set.gpus if node_set else 0,
+        total_gpus=sum(ps.gpus * ps.pods for ps in sets),
+    )
+
+
+__all__ = ["EffectiveJob", "PodSet", "compute", "effective_job", "pod_sets", "ANCESTOR_TRAINER"]

@@ -1,0 +1,194 @@
+"""Strategic merge for the JobSet spec and PodSpec subset, and the three layers of the effective job.
+
+A runtime template is refined in three layers, in this order (reference §1.3, §3.2, §3.3):
+
+1. ``runtimePatches`` in list order, each a JSON strategic-merge patch of the JobSet spec (later wins; the
+   original replicatedJobs order is restored afterwards so a patch cannot reorder jobs);
+2. ``trainer.resourcesPerNode`` strategic-merged per resource into the ``node`` container (v2.3; before 2.3 it
+   replaced the whole ``resources`` and silently dropped runtime GPUs, issue #3602);
+3. the trainer's ``image``/``command``/``args`` replaced wholesale and ``env`` upserted by name.
+
+Merge keys follow the Go types' ``patchMergeKey`` tags (JobSet v0.12 and core/v1). Lists without one (tolerations,
+command, args, envFrom, nodeSelectorTerms, ...) are replaced; maps are merged; a ``null`` in a patch deletes the
+key, and a list item ``{"$patch": "delete", <key>: v}`` deletes that item, as in apimachinery's strategicpatch.
+All functions return new values and never modify their arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping, Sequence
+
+# Field name -> merge key of the list under it. Field names are unambiguous inside a JobSet spec.
+MERGE_KEYS: Mapping[str, str] = {
+    "replicatedJobs": "name",
+    "dependsOn": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "imagePullSecrets": "name",
+    "schedulingGates": "name",
+    "resourceClaims": "name",
+    "claims": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "ports": "containerPort",
+    "hostAliases": "ip",
+    "topologySpreadConstraints": "topologyKey",
+}
+
+_DIRECTIVE = "$patch"
+
+
+class MergeError(ValueError):
+    """A patch that cannot be merged (e.g. a list item without its merge key)."""
+
+
+def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
+    """Merge ``patch`` onto ``base`` with strategic-merge-patch semantics; ``field`` names the list being merged."""
+    if isinstance(base, Mapping) and isinstance(patch, Mapping):
+        if patch.get(_DIRECTIVE) == "replace":
+            return _strip_directives({k: v for k, v in patch.items() if k != _DIRECTIVE})
+        out = copy.deepcopy(dict(base))
+        for key, value in patch.items():
+            if key == _DIRECTIVE:
+                continue
+            if value is None:
+                out.pop(key, None)
+            elif key in out:
+                out[key] = strategic_merge(out[key], value, key)
+            else:
+                out[key] = _strip_directives(value)
+        return out
+    if isinstance(base, list) and isinstance(patch, list) and field in MERGE_KEYS:
+        return _merge_keyed_list(base, patch, MERGE_KEYS[field], field)
+    return _strip_directives(patch)
+
+
+def _merge_keyed_list(base: list, patch: list, key: str, field: str) -> list:
+    out = [copy.deepcopy(item) for item in base]
+    for item in patch:
+        if not isinstance(item, Mapping) or key not in item:
+            raise MergeError(f"{field}: every patch item must be an object with {key!r}")
+        index = next((i for i, cur in enumerate(out) if isinstance(cur, Mapping) and cur.get(key) == item[key]), None)
+        if item.get(_DIRECTIVE) == "delete":
+            if index is not None:
+                del out[index]
+            continue
+        if index is None:
+            out.append(_strip_directives(item))
+        else:
+            out[index] = strategic_merge(out[index], item, field)
+    return out
+
+
+def _strip_directives(value: Any) -> Any:
+    """A patch value copied into the result: directives and nulls have no meaning outside a merge."""
+    if isinstance(value, Mapping):
+        return {k: _strip_directives(v) for k, v in value.items() if k != _DIRECTIVE and v is not None}
+    if isinstance(value, list):
+        return [_strip_directives(v) for v in value if not (isinstance(v, Mapping) and v.get(_DIRECTIVE) == "delete")]
+    return copy.deepcopy(value)
+
+
+# -- layer 1: runtimePatches --------------------------------------------------------------------------------
+
+
+def patch_template(patch: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``runtimePatches[i].trainingRuntimeSpec.template`` (empty when absent)."""
+    return ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
+
+
+def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapping[str, Any]]) -> dict:
+    """The runtime's JobSet spec with every patch's ``template.spec`` merged in list order."""
+    merged: dict = copy.deepcopy(dict(jobset_spec))
+    original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
+    for patch in patches:
+        spec_patch = patch_template(patch).get("spec")
+        if spec_patch:
+            merged = strategic_merge(merged, spec_patch)
+    if "replicatedJobs" in merged:
+        position = {name: i for i, name in enumerate(original_order)}
+        # sorted() is stable: jobs a patch added (validation rejects them) keep their relative order at the end.
+        merged["replicatedJobs"] = sorted(
+            merged["replicatedJobs"], key=lambda rj: position.get(rj.get("name"), len(position))
+        )
+    return merged
+
+
+def merge_template_metadata(
+    template_metadata: Mapping[str, Any] | None, patches: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """JobSet labels and annotations: the runtime template's metadata, then each patch's (later wins)."""
+    labels = dict((template_metadata or {}).get("labels") or {})
+    annotations = dict((template_metadata or {}).get("annotations") or {})
+    for patch in patches:
+        meta = patch_template(patch).get("metadata") or {}
+        labels.update(meta.get("labels") or {})
+        annotations.update(meta.get("annotations") or {})
+    return labels, annotations
+
+
+# -- layers 2 and 3: trainer overrides on one container --------------------------------------------------------
+
+
+def merge_resources(container: Mapping[str, Any], resources_per_node: Mapping[str, Any] | None) -> dict:
+    """``resourcesPerNode`` merged per resource name into the container's resources (claims by name)."""
+    out = copy.deepcopy(dict(container))
+    if resources_per_node:
+        out["resources"] = strategic_merge(out.get("resources") or {}, resources_per_node)
+    return out
+
+
+def upsert(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[Mapping[str, Any]], key: str) -> list[dict]:
+    """Replace the item with the same ``key`` in place, else append (upstream ``apply.Upsert*``)."""
+    out = [copy.deepcopy(dict(i)) for i in items or []]
+    for new in new_items:
+        index = next((i for i, cur in enumerate(out) if cur.get(key) == new.get(key)), None)
+        if index is None:
+            out.append(copy.deepcopy(dict(new)))
+        else:
+            out[index] = copy.deepcopy(dict(new))
+    return out
+
+
+def upsert_ports(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Ports are the same port when their containerPort or (non-empty) name matches."""
+    out = [copy.deepcopy(dict(i)) for i in items or []]
+    for new in new_items:
+        index = next(
+            (
+                i
+                for i, cur in enumerate(out)
+                if cur.get("containerPort") == new.get("containerPort") or (new.get("name") and cur.get("name") == new.get("name"))
+            ),
+            None,
+        )
+        if index is None:
+            out.append(copy.deepcopy(dict(new)))
+        else:
+            out[index] = copy.deepcopy(dict(new))
+    return out
+
+
+def override_container(
+    container: Mapping[str, Any],
+    *,
+    image: str | None = None,
+    command: Sequence[str] | None = None,
+    args: Sequence[str] | None = None,
+    env: Sequence[Mapping[str, Any]] | None = None,
+) -> dict:
+    """The trainer layer: image/command/args replaced when given, env upserted by name."""
+    out = copy.deepcopy(dict(container))
+    if image:
+        out["image"] = image
+    if command is not None:
+        out["command"] = list(command)
+    if args is not None:
+        out["args"] = list(args)
+    if env:
+        out["env"] = upsert(out.get("env"), env, "name")
+    return out

@@ -1,0 +1,46 @@
+"""Object skeletons shared by every builder: identity, namespace and the single controller ownerReference.
+
+Every child object carries exactly one ownerReference to its TrainJob with ``controller`` and
+``blockOwnerDeletion`` set (reference §0), so garbage collection removes it with the TrainJob and watches can
+map it back to its owner.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Mapping
+
+from webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
+
+
+def owner_reference(trainjob: Mapping[str, Any]) -> dict:
+    meta = trainjob.get("metadata") or {}
+    ref = {
+        "apiVersion": TRAINER_API_VERSION,
+        "kind": TRAINJOB_KIND,
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return ref
+
+
+def owned_object(api_version: str, kind: str, name: str, trainjob: Mapping[str, Any]) -> dict:
+    """``{apiVersion, kind, metadata: {name, namespace, ownerReferences}}`` for a child of ``trainjob``."""
+    meta = trainjob.get("metadata") or {}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": meta.get("namespace", ""),
+            "ownerReferences": [owner_reference(trainjob)],
+        },
+    }
+
+
+def b64(text: str | bytes) -> str:
+    """Secret ``data`` encoding."""
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()

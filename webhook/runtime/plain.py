@@ -1,0 +1,17 @@
+"""PlainML policy (reference §3.6): no framework environment; ``trainer.numNodes`` sizes the trainer job.
+
+Upstream runs PlainML whenever the policy is not torch/mpi/jax, i.e. also under xgboost and flux, which is why
+those modules call ``enforce`` here first. The trainer's env is upserted by the trainer layer (``effective``).
+"""
+
+from __future__ import annotations
+
+from webhook.runtime.draft import Draft, set_trainer_count
+
+
+def applies(draft: Draft) -> bool:
+    return draft.ml_policy_kind in ("plain", "xgboost", "flux")
+
+
+def enforce(draft: Draft) -> None:
+    set_trainer_count(draft)

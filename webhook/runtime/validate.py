@@ -1,0 +1,42 @@
+"""``validate_trainjob``: the TrainJob rules that belong to the runtime plugins (reference §2.5 from item 4 on).
+
+Runs on the prepared draft (template ⊕ patches ⊕ resourcesPerNode, no policy enforced), like upstream's
+``ValidateObjects``; every plugin's errors are collected, none short-circuits another.
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Any
+
+from webhook.field import FieldError, invalid
+from webhook.runtime import flux, jobset, mpi, torch, volcano, xgboost
+from webhook.runtime.draft import as_object, prepare
+from webhook.runtime.merge import MergeError
+
+_ML_VALIDATORS = {"torch": torch.validate, "mpi": mpi.validate, "xgboost": xgboost.validate, "flux": flux.validate}
+
+
+def validate_trainjob(
+    trainjob: Any,
+    old_trainjob: Any,
+    runtime: Any,
+    jobset_obj: Any,
+    *,
+    priority_classes: AbstractSet[str] | None = None,
+) -> tuple[list[FieldError], list[str]]:
+    """(errors, warnings). ``old_trainjob`` None on CREATE; ``jobset_obj`` the live JobSet or None;
+    ``priority_classes`` None skips the Volcano PriorityClass existence check."""
+    try:
+        draft = prepare(trainjob, runtime)
+    except MergeError as e:
+        tj = as_object(trainjob)
+        return [invalid("spec.runtimePatches", (tj.get("spec") or {}).get("runtimePatches"), str(e))], []
+    old = as_object(old_trainjob) if old_trainjob is not None else None
+    live = as_object(jobset_obj) if jobset_obj is not None else None
+    errors = jobset.validate(draft, old, live)
+    validator = _ML_VALIDATORS.get(draft.ml_policy_kind)
+    if validator is not None:
+        errors += validator(draft)
+    if volcano.applies(draft):
+        errors += volcano.validate(draft, priority_classes)
+    return errors, []

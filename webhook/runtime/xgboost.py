@@ -1,0 +1,46 @@
+"""XGBoost ML policy (reference §2.5, §3.6): DMLC tracker env; the reserved DMLC_* names are the policy's.
+
+Workers per node are the node's GPUs (one worker per GPU) or 1, read from the merged node container.
+"""
+
+from __future__ import annotations
+
+from webhook.field import FieldError, forbidden
+from webhook.runtime import plain
+from webhook.runtime.draft import Draft, completion_index_env, env, upsert_into_container
+from webhook.runtime.names import NODE, TRAINER_PORT
+from webhook.runtime.resources import gpu_count
+
+RESERVED_ENVS = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
+
+
+def applies(draft: Draft) -> bool:
+    return draft.ml_policy_kind == "xgboost"
+
+
+def validate(draft: Draft) -> list[FieldError]:
+    return [
+        forbidden(f"spec.trainer.env[{i}]", f"{e.get('name')} is reserved for the XGBoost runtime")
+        for i, e in enumerate((draft.trainer or {}).get("env") or [])
+        if e.get("name") in RESERVED_ENVS
+    ]
+
+
+def enforce(draft: Draft) -> None:
+    plain.enforce(draft)
+    rj = draft.trainer_job()
+    if draft.trainer is None or rj is None:
+        return
+    workers_per_node = gpu_count((draft.container(draft.node_job(), NODE) or {}).get("resources")) or 1
+    upsert_into_container(
+        draft,
+        rj,
+        NODE,
+        env_vars=[
+            env("DMLC_TRACKER_URI", f"{draft.name}-{NODE}-0-0.{draft.name}"),
+            env("DMLC_TRACKER_PORT", TRAINER_PORT),
+            completion_index_env("DMLC_TASK_ID"),
+            env("DMLC_NUM_WORKER", draft.counts.get(rj["name"], 1) * workers_per_node),
+        ],
+        ports=[{"containerPort": TRAINER_PORT}],
+    )
