@@ -1,0 +1,418 @@
+"""Client library for training code: map dataset shards served by the node's cache agent. Standard library only.
+
+    from controller.cache.client import open_shard
+    with open_shard("train/00042.bin") as shard:
+        data = shard.view            # read-only memoryview over the shared page-cache pages
+        arr = shard.numpy()          # when numpy is installed (no copy)
+
+The agent answers ``open`` with the shard's file descriptor; mapping it here shares the very pages the agent keeps
+resident, so no byte is copied on the host. Configuration comes from the environment the JobSet wiring sets:
+``TRAINGUARD_CACHE_SOCKET`` (agent socket) and ``TRAINGUARD_DATASET``; ``TRAINGUARD_DATASET_ROOT`` names a local
+directory to read shards from directly when no agent socket exists (development, or a node without the agent).
+
+``pin(view)`` registers a mapped range with CUDA (``cudaHostRegister``) so host-to-device copies DMA straight
+from the cached pages; without a GPU it raises ``PinningUnavailable`` saying why.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import ctypes.util
+import logging
+import mmap
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from controller.cache import protocol
+from controller.cache.pages import buffer_address
+
+ENV_SOCKET = "TRAINGUARD_CACHE_SOCKET"
+ENV_DATASET = "TRAINGUARD_DATASET"
+ENV_DATASET_ROOT = "TRAINGUARD_DATASET_ROOT"
+ENV_CUDART = "TRAINGUARD_CUDART"
+
+log = logging.getLogger("trainguard.cache.client")
+
+
+class CacheUnavailable(RuntimeError):
+    """Neither an agent socket nor a local dataset root is configured or reachable."""
+
+
+class CacheError(RuntimeError):
+    """The agent refused a request; ``code`` is the protocol's error code (e.g. ``NotFound``)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class PinningUnavailable(RuntimeError):
+    """CUDA host registration cannot be used here; the message names the reason."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str
+    size: int
+    checksum: str | None = None
+    mtime_ns: int | None = None
+    resident_bytes: int | None = None
+
+
+class Shard:
+    """A read-only mapping of one shard. ``source`` is ``"agent"`` (fd from the agent) or ``"direct"``."""
+
+    def __init__(self, info: ShardInfo, mapping: mmap.mmap | None, source: str):
+        self.info = info
+        self.source = source
+        self._mapping = mapping
+        self.view: memoryview = memoryview(mapping) if mapping is not None else memoryview(b"")
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def size(self) -> int:
+        return self.info.size
+
+    @property
+    def checksum(self) -> str | None:
+        return self.info.checksum
+
+    def numpy(self, dtype: Any = "uint8") -> Any:
+        """A read-only numpy array over the mapping (no copy); needs numpy."""
+        import numpy  # optional dependency, imported only here
+
+        return numpy.frombuffer(self.view, dtype=dtype)
+
+    def torch(self, dtype: Any = None) -> Any:
+        """A torch tensor over the mapping (no copy); needs torch. Torch warns that the buffer is not
+        writable: writing to the tensor would fault, so treat it as read-only."""
+        import torch  # optional dependency, imported only here
+
+        return torch.frombuffer(self.view, dtype=dtype or torch.uint8)
+
+    def close(self) -> None:
+        """Unmap, unless numpy/torch views still reference the pages (then the mapping lives until they go)."""
+        self.view.release()
+        if self._mapping is not None:
+            try:
+                self._mapping.close()
+            except BufferError:
+                pass
+
+    def __enter__(self) -> "Shard":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CacheClient:
+    """A connection to the node's cache agent, reconnecting when the agent restarts; or direct reads.
+
+    Thread-safe: one request at a time on the connection (requests are tiny; the data never crosses it).
+    """
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        dataset_root: str | None = None,
+        timeout: float = 10.0,
+        reconnect_timeout: float = 30.0,
+    ):
+        self.socket_path = socket_path if socket_path is not None else os.environ.get(ENV_SOCKET)
+        self.dataset_root = dataset_root if dataset_root is not None else os.environ.get(ENV_DATASET_ROOT)
+        self.timeout = timeout
+        self.reconnect_timeout = reconnect_timeout
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.mode = self._choose_mode()
+
+    def _choose_mode(self) -> str:
+        if self.socket_path and os.path.exists(self.socket_path):
+            return "agent"
+        if self.dataset_root:
+            log.warning(
+                "trainguard cache: no agent socket at %r; reading shards directly from %r "
+                "(no node-local cache, pages are not shared with other jobs)",
+                self.socket_path,
+                self.dataset_root,
+            )
+            return "direct"
+        if self.socket_path:
+            # Configured for an agent that has not created its socket yet (starting up): keep trying.
+            return "agent"
+        raise CacheUnavailable(
+            f"no cache agent configured: set {ENV_SOCKET} to the agent socket, or {ENV_DATASET_ROOT} to a local "
+            "dataset directory to read shards directly"
+        )
+
+    # -- public API --------------------------------------------------------------------------------------
+    def open(self, name: str) -> Shard:
+        if self.mode == "direct":
+            return self._open_direct(name)
+        for _ in range(3):
+            reply, fds = self._request({"op": "open", "shard": name})
+            if not fds:
+                raise CacheError("Internal", "agent replied to open without a file descriptor")
+            fd = fds[0]
+            for extra in fds[1:]:
+                os.close(extra)
+            try:
+                info = _info(reply["shard"])
+                size = os.fstat(fd).st_size
+                if size != info.size:
+                    continue  # changed between the agent's check and ours: ask again for a fresh description
+                mapping = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+            finally:
+                os.close(fd)  # the mapping keeps the file open
+            return Shard(info, mapping, "agent")
+        raise CacheError("Changed", f"shard {name!r} kept changing while being opened")
+
+    def stat(self, name: str) -> ShardInfo:
+        if self.mode == "direct":
+            path = self._direct_path(name)
+            st = os.stat(path)
+            return ShardInfo(name, st.st_size, None, st.st_mtime_ns, None)
+        reply, _ = self._request({"op": "stat", "shard": name})
+        return _info(reply["shard"])
+
+    def list_shards(self) -> list[ShardInfo]:
+        if self.mode == "direct":
+            root = os.path.realpath(self.dataset_root or ".")
+            found = []
+            for directory, _, files in os.walk(root):
+                for f in files:
+                    rel = os.path.relpath(os.path.join(directory, f), root)
+                    found.append(ShardInfo(rel, os.path.getsize(os.path.join(directory, f))))
+            return sorted(found, key=lambda s: s.name)
+        shards: list[ShardInfo] = []
+        offset: int | None = 0
+        while offset is not None:
+            reply, _ = self._request({"op": "list", "offset": offset, "limit": protocol.LIST_PAGE_LIMIT})
+            shards += [ShardInfo(s["name"], s["size"]) for s in reply["shards"]]
+            offset = reply.get("next")
+        return shards
+
+    def ping(self) -> dict:
+        reply, _ = self._request({"op": "ping"})
+        return reply
+
+    def close(self) -> None:
+        with self._lock:
+            self._disconnect()
+
+    # -- direct fallback ---------------------------------------------------------------------------------
+    def _direct_path(self, name: str) -> str:
+        try:
+            protocol.validate_shard_name(name)
+        except protocol.ProtocolError as exc:
+            raise CacheError(exc.code.value, exc.message) from None
+        root = os.path.realpath(self.dataset_root or ".")
+        real = os.path.realpath(os.path.join(root, name))
+        if os.path.commonpath([root, real]) != root:
+            raise CacheError("OutsideRoot", f"shard {name!r} resolves outside {root}")
+        return real
+
+    def _open_direct(self, name: str) -> Shard:
+        path = self._direct_path(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise CacheError("NotFound", f"no shard named {name!r} under {self.dataset_root}") from None
+        try:
+            st = os.fstat(fd)
+            mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) if st.st_size else None
+        finally:
+            os.close(fd)
+        return Shard(ShardInfo(name, st.st_size, None, st.st_mtime_ns, None), mapping, "direct")
+
+    # -- agent connection --------------------------------------------------------------------------------
+    def _request(self, message: dict) -> tuple[dict, list[int]]:
+        """Send one request and read its reply, reconnecting (requests are idempotent) if the agent went away."""
+        frame = protocol.encode(message)
+        deadline = time.monotonic() + self.reconnect_timeout
+        with self._lock:
+            while True:
+                try:
+                    if self._sock is None:
+                        self._connect()
+                    assert self._sock is not None
+                    self._sock.sendall(frame)
+                    reply, fds = self._read_reply()
+                    break
+                except (ConnectionError, FileNotFoundError, EOFError, socket.timeout, BrokenPipeError) as exc:
+                    self._disconnect()
+                    if time.monotonic() >= deadline:
+                        raise CacheUnavailable(
+                            f"cache agent at {self.socket_path} unreachable for {self.reconnect_timeout:.0f}s: {exc}"
+                        ) from exc
+                    time.sleep(0.05)
+        if not reply.get("ok"):
+            for fd in fds:
+                os.close(fd)
+            error = reply.get("error") or {}
+            raise CacheError(str(error.get("code", "Internal")), str(error.get("message", "no message")))
+        return reply, fds
+
+    def _connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path or "")
+        except OSError:
+            sock.close()
+            raise ConnectionError(f"cannot connect to {self.socket_path}") from None
+        self._sock = sock
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _read_reply(self) -> tuple[dict, list[int]]:
+        assert self._sock is not None
+        fds: list[int] = []
+        buf = bytearray()
+        need = protocol.HEADER.size
+        length: int | None = None
+        cmsg_space = socket.CMSG_SPACE(4 * 4)
+        while len(buf) < need:
+            data, ancillary, _, _ = self._sock.recvmsg(max(need - len(buf), 1), cmsg_space)
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    received = array.array("i")
+                    received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+                    fds += list(received)
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                raise EOFError("agent closed the connection")
+            buf += data
+            if length is None and len(buf) >= protocol.HEADER.size:
+                (length,) = protocol.HEADER.unpack_from(buf)
+                if length > protocol.MAX_REPLY_BYTES:
+                    raise ConnectionError(f"reply of {length} bytes exceeds {protocol.MAX_REPLY_BYTES}")
+                need = protocol.HEADER.size + length
+        return protocol.decode_body(bytes(buf[protocol.HEADER.size :])), fds
+
+
+def _info(raw: dict) -> ShardInfo:
+    return ShardInfo(
+        name=raw["name"],
+        size=int(raw["size"]),
+        checksum=raw.get("checksum"),
+        mtime_ns=raw.get("mtimeNs"),
+        resident_bytes=raw.get("residentBytes"),
+    )
+
+
+_default: tuple[int, CacheClient] | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> CacheClient:
+    """The process-wide client (recreated after fork: a socket must not be shared by parent and child)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default[0] != os.getpid():
+            _default = (os.getpid(), CacheClient())
+        return _default[1]
+
+
+def open_shard(name: str, *, client: CacheClient | None = None) -> Shard:
+    """Map shard ``name`` read-only: through the node's cache agent, or directly when none is configured."""
+    return (client or default_client()).open(name)
+
+
+# -- CUDA host registration -------------------------------------------------------------------------------
+_CUDA_HOST_REGISTER_PORTABLE = 0x01
+_CUDA_HOST_REGISTER_READ_ONLY = 0x08  # required for PROT_READ mappings such as ours
+_CUDA_DEV_ATTR_HOST_REGISTER_READ_ONLY_SUPPORTED = 113
+_CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+
+
+@dataclass
+class PinnedRange:
+    """A registered range; keeps the view (and so the mapping) alive until ``unpin``."""
+
+    address: int
+    length: int
+    view: memoryview
+    _cudart: Any
+
+    def unpin(self) -> None:
+        if self.address:
+            _check(self._cudart, self._cudart.cudaHostUnregister(ctypes.c_void_p(self.address)), "cudaHostUnregister")
+            self.address = 0
+
+    def __enter__(self) -> "PinnedRange":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unpin()
+
+
+def load_cudart() -> Any:
+    """The CUDA runtime library, or ``PinningUnavailable`` naming what was tried."""
+    candidates = [os.environ[ENV_CUDART]] if os.environ.get(ENV_CUDART) else []
+    found = ctypes.util.find_library("cudart")
+    candidates += ([found] if found else []) + list(_CUDART_NAMES)
+    errors = []
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(f"{name}: {exc}")
+    raise PinningUnavailable(
+        "CUDA runtime (libcudart) not found, so the shard cannot be registered for DMA; tried "
+        + "; ".join(errors)
+        + f". Install the CUDA runtime or point {ENV_CUDART} at it."
+    )
+
+
+def pin(view: memoryview, *, device: int = 0) -> PinnedRange:
+    """Register the pages behind ``view`` with CUDA (read-only, portable) for direct host-to-device DMA."""
+    cudart = load_cudart()
+    count = ctypes.c_int(0)
+    err = cudart.cudaGetDeviceCount(ctypes.byref(count))
+    if err != 0 or count.value == 0:
+        raise PinningUnavailable(f"no CUDA device visible (cudaGetDeviceCount: {_error_name(cudart, err)})")
+    supported = ctypes.c_int(0)
+    err = cudart.cudaDeviceGetAttribute(
+        ctypes.byref(supported), _CUDA_DEV_ATTR_HOST_REGISTER_READ_ONLY_SUPPORTED, device
+    )
+    if err != 0 or not supported.value:
+        raise PinningUnavailable(f"device {device} cannot register read-only host memory ({_error_name(cudart, err)})")
+    address, length = buffer_address(view)
+    if length == 0:
+        raise ValueError("cannot pin an empty view")
+    flags = _CUDA_HOST_REGISTER_PORTABLE | _CUDA_HOST_REGISTER_READ_ONLY
+    _check(cudart, cudart.cudaHostRegister(ctypes.c_void_p(address), ctypes.c_size_t(length), flags), "cudaHostRegister")
+    return PinnedRange(address, length, view, cudart)
+
+
+def unpin(pinned: PinnedRange) -> None:
+    pinned.unpin()
+
+
+def _error_name(cudart: Any, err: int) -> str:
+    try:
+        cudart.cudaGetErrorString.restype = ctypes.c_char_p
+        return f"error {err}: {cudart.cudaGetErrorString(err).decode()}"
+    except Exception:
+        return f"error {err}"
+
+
+def _check(cudart: Any, err: int, call: str) -> None:
+    if err != 0:
+        raise RuntimeError(f"{call} failed: {_error_name(cudart, err)}")

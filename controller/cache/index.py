@@ -1,0 +1,239 @@
+"""The agent's index of shard files under its dataset root, and the only way a request reaches a file.
+
+Safety rules, all enforced here:
+* a name is a canonical relative path (``protocol.validate_shard_name``);
+* the file it names must match the shard glob and, after resolving every symlink, lie inside the root;
+* the served descriptor is opened on the resolved path with ``O_NOFOLLOW`` and checked with ``fstat`` to be a
+  regular file, so a symlink swapped in after the check cannot redirect the open;
+* a file whose identity (device, inode, size, mtime, ctime) differs from the indexed one is re-indexed and its
+  checksum recomputed before it is served: a changed or truncated shard is never described with stale figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from controller.cache.protocol import ErrorCode, ProtocolError, validate_shard_name
+
+CHECKSUM_ALGORITHM = "sha256"
+_HASH_SLICE = 16 << 20
+
+
+@dataclass
+class ShardEntry:
+    """One shard as indexed: where it is, what it was when last checked, and its cache bookkeeping."""
+
+    name: str
+    path: str  # fully resolved path inside the root
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    dev: int
+    ino: int
+    checksum: str | None = None  # computed lazily (warm pass or first open), reset when the file changes
+    last_access: int = 0  # logical clock of the last open; 0 = never opened
+    resident: int = 0  # bytes in the page cache at the last measurement
+
+    @property
+    def identity(self) -> tuple[int, int, int, int, int]:
+        return (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+
+    def refresh(self, st: os.stat_result) -> bool:
+        """Adopt a new stat; True (and the checksum dropped) when the file is no longer the indexed one."""
+        new = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if new == self.identity:
+            return False
+        self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns = new
+        self.checksum = None
+        self.resident = 0
+        return True
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "size": self.size,
+            "mtimeNs": self.mtime_ns,
+            "checksum": self.checksum,
+            "residentBytes": self.resident,
+        }
+
+
+@dataclass
+class ScanResult:
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # matched the glob but escape the root or are not files
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Compile a shard glob over relative POSIX names: ``*`` and ``?`` stay within one directory, ``**/``
+    spans any number of directories (including none), ``[...]`` is a character class."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end].replace("\\", "\\\\")
+            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+class ShardIndex:
+    """Shards under ``root`` whose relative names match ``pattern``."""
+
+    def __init__(self, root: str, pattern: str = "**/*"):
+        self.root = os.path.realpath(root)
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(f"dataset root {root!r} is not a directory")
+        self.pattern = pattern
+        self._match = glob_regex(pattern)
+        self.entries: dict[str, ShardEntry] = {}
+
+    # -- scanning ----------------------------------------------------------------------------------------
+    def scan(self) -> ScanResult:
+        """Walk the root (stat only, no reads) and reconcile the index with what is on disk."""
+        result = ScanResult()
+        seen: set[str] = set()
+        for directory, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            rel_dir = os.path.relpath(directory, self.root)
+            for filename in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]):
+                name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
+                if not self._match.match(name):
+                    continue
+                try:
+                    real, st = self._resolve_on_disk(name)
+                except ProtocolError:
+                    result.refused.append(name)
+                    continue
+                seen.add(name)
+                entry = self.entries.get(name)
+                if entry is None:
+                    self.entries[name] = _entry(name, real, st)
+                    result.added.append(name)
+                elif entry.path != real or entry.refresh(st):
+                    entry.path = real
+                    result.changed.append(name)
+        for name in sorted(set(self.entries) - seen):
+            del self.entries[name]
+            result.removed.append(name)
+        return result
+
+    # -- lookups -----------------------------------------------------------------------------------------
+    def resolve(self, name: object) -> ShardEntry:
+        """The entry for a requested name; picks up a shard added since the last scan."""
+        valid = validate_shard_name(name)
+        entry = self.entries.get(valid)
+        if entry is not None:
+            return entry
+        real, st = self._resolve_on_disk(valid)  # raises NotFound / OutsideRoot
+        if not self._match.match(valid):
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"{valid!r} does not match the shard glob {self.pattern!r}")
+        entry = self.entries[valid] = _entry(valid, real, st)
+        return entry
+
+    def open(self, name: object) -> tuple[int, ShardEntry, bool]:
+        """Open a shard for serving: (read-only fd, entry, changed-since-indexed).
+
+        The caller owns the fd. ``changed`` means the entry was refreshed from the file and its checksum must be
+        recomputed before anything describes it.
+        """
+        entry = self.resolve(name)
+        try:
+            real, _ = self._resolve_on_disk(entry.name)
+        except ProtocolError:
+            self.entries.pop(entry.name, None)
+            raise
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            self.entries.pop(entry.name, None)
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} disappeared") from None
+        except OSError as exc:  # ELOOP: a symlink was swapped in between resolve and open
+            raise ProtocolError(ErrorCode.OUTSIDE_ROOT, f"shard {entry.name!r} changed while opening: {exc}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} is not a regular file")
+        entry.path = real
+        changed = entry.refresh(st)
+        return fd, entry, changed
+
+    def _resolve_on_disk(self, name: str) -> tuple[str, os.stat_result]:
+        candidate = os.path.join(self.root, name)
+        if not os.path.lexists(candidate):
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no shard named {name!r}")
+        real = os.path.realpath(candidate)
+        if os.path.commonpath([self.root, real]) != self.root:
+            raise ProtocolError(ErrorCode.OUTSIDE_ROOT, f"shard {name!r} resolves outside the dataset root")
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {name!r} is a dangling link") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"{name!r} is not a regular file")
+        return real, st
+
+
+def checksum_fd(fd: int) -> tuple[str, os.stat_result]:
+    """``sha256:<hex>`` of the file behind ``fd`` and the stat it belongs to.
+
+    Re-hashes (a few times) when the file changes while being read, so the figure always matches one version.
+    Reads to EOF rather than to the stat size, so a file that grows or shrinks meanwhile is caught by the stat
+    comparison instead of hashing a mix of versions.
+    """
+    for _ in range(3):
+        before = os.fstat(fd)
+        digest = hashlib.sha256()
+        # pread, not mmap: a file truncated under a mapping raises SIGBUS and would kill the agent.
+        buf = bytearray(min(_HASH_SLICE, max(before.st_size, 1)))
+        view = memoryview(buf)
+        offset = 0
+        while True:
+            n = os.preadv(fd, [view], offset)
+            if n == 0:
+                break
+            digest.update(view[:n])
+            offset += n
+        view.release()
+        after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) == (
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_ctime_ns,
+        ):
+            return f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}", after
+    raise OSError("file kept changing while its checksum was computed")
+
+
+def _entry(name: str, real: str, st: os.stat_result) -> ShardEntry:
+    return ShardEntry(
+        name=name,
+        path=real,
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        ctime_ns=st.st_ctime_ns,
+        dev=st.st_dev,
+        ino=st.st_ino,
+    )

@@ -1,0 +1,96 @@
+"""The cache agent's wire protocol: length-prefixed JSON over a Unix stream socket. Standard library only.
+
+Frame: a 4-byte big-endian unsigned length N, then N bytes of UTF-8 JSON holding one object. Why a length prefix
+rather than newline-delimited JSON: the reader knows the size before it allocates, so an oversized request is
+refused from its header alone.
+
+Requests (client -> agent), at most ``MAX_REQUEST_BYTES``::
+
+    {"op": "ping"}
+    {"op": "list", "offset": 0, "limit": 1000}        -> {"ok": true, "shards": [{"name", "size"}], "total", "next"}
+    {"op": "stat", "shard": "<name>"}                 -> {"ok": true, "shard": {...}}
+    {"op": "open", "shard": "<name>"}                 -> {"ok": true, "shard": {...}}  + one fd (SCM_RIGHTS)
+
+``shard`` objects are ``{"name", "size", "mtimeNs", "checksum": "sha256:<hex>", "residentBytes"}``. The fd of an
+``open`` reply is attached to the reply frame's first byte: a read-only descriptor of the shard file, which the
+client maps itself, so both processes share the same page-cache pages.
+
+Errors: ``{"ok": false, "error": {"code": <ErrorCode>, "message": "..."}}``. After ``FrameTooLarge`` or a frame cut
+short the agent closes the connection (the stream cannot be resynchronised); after other errors it stays open.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import struct
+from enum import Enum
+from typing import Any
+
+HEADER = struct.Struct(">I")
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+LIST_PAGE_LIMIT = 1000
+MAX_NAME_BYTES = 4096
+
+
+class ErrorCode(str, Enum):
+    MALFORMED = "Malformed"  # not a JSON object, or a field of the wrong type
+    FRAME_TOO_LARGE = "FrameTooLarge"
+    UNKNOWN_OP = "UnknownOp"
+    INVALID_NAME = "InvalidName"  # absolute, "..", empty components, NUL
+    OUTSIDE_ROOT = "OutsideRoot"  # a symlink resolving outside the dataset root
+    NOT_FOUND = "NotFound"
+    BUSY = "Busy"  # connection limit reached
+    INTERNAL = "Internal"
+
+
+class ProtocolError(Exception):
+    """A request the agent refuses, with the code and message sent back to the client."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return HEADER.pack(len(body)) + body
+
+
+def error_reply(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code.value, "message": message}}
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Parse one frame body; raise ``ProtocolError(MALFORMED)`` for anything but a JSON object."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(ErrorCode.MALFORMED, f"frame is not UTF-8 JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(ErrorCode.MALFORMED, "frame must hold a JSON object")
+    return message
+
+
+def validate_shard_name(name: Any) -> str:
+    """A shard name is a relative POSIX path below the dataset root, already in canonical form.
+
+    Refusing rather than normalising (``a/../b``, ``./a``, ``a//b``) keeps one name per file, so the index,
+    the metrics and the LRU never see two spellings of the same shard.
+    """
+    if not isinstance(name, str) or not name:
+        raise ProtocolError(ErrorCode.MALFORMED, "field 'shard' must be a non-empty string")
+    if "\x00" in name:
+        raise ProtocolError(ErrorCode.INVALID_NAME, "shard name must not contain NUL")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name longer than {MAX_NAME_BYTES} bytes")
+    if name.startswith("/"):
+        raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name {name!r} must be relative to the dataset root")
+    parts = name.split("/")
+    if ".." in parts:
+        raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name {name!r} must not contain '..'")
+    if any(p in ("", ".") for p in parts) or posixpath.normpath(name) != name:
+        raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name {name!r} is not in canonical form")
+    return name
