@@ -1,11 +1,219 @@
-"""`trainguard webhook` (placeholder until implemented)."""
+"""``trainguard webhook``: serve the admission webhooks over HTTPS, with health and metrics on a plain-HTTP port.
+
+Startup order, so that nothing is served half-ready:
+
+1. the health port (``/healthz`` answers at once; ``/readyz`` says 503 until 2 and 3 are done);
+2. the informer caches start (admission reads cluster state only from them);
+3. the serving certificate: from the rotator's Secret (default) or from ``--cert-dir`` (externally provided,
+   only watched); the HTTPS port opens only once a certificate is loaded;
+4. the HTTPS port.
+
+SIGTERM/SIGINT stop accepting, finish in-flight reviews, then exit 0.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
-from webhook.cli import Run, not_implemented
+from aiohttp import web
+
+from webhook.admission.certs import Lifetimes, service_dns_names
+from webhook.admission.logs import configure_logging
+from webhook.admission.metrics import AdmissionMetrics
+from webhook.admission.rotator import RotatorSettings, SecretRotator
+from webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
+from webhook.admission.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, AdmissionHandler, Readiness, ServerSettings, health_app
+from webhook.admission.tls import CertDirWatcher, ServingCertificate
+from webhook.cli import Run
+from webhook.kube.client import KubeClient
+from webhook.kube.config import load_config
+from webhook.kube.snapshot import ClusterCaches
+
+log = logging.getLogger("trainguard.admission")
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Longer than the apiserver's idle-connection timeout (Go: 90 s): closing a connection the client is about to reuse
+# would fail a POST it cannot retry. Still bounds clients that connect and never finish a request.
+IDLE_TIMEOUT = 120.0
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+
+
+def duration(text: str) -> timedelta:
+    """``90d``, ``8760h``, ``10m``, ``30s``: the spellings the flags accept."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration (e.g. 90d, 12h, 10m, 30s): {text!r}")
+    value, unit = float(m.group(1)), m.group(2)
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: value})
+
+
+def default_namespace() -> str:
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip() or "trainguard-system"
+    except OSError:
+        return "trainguard-system"
 
 
 def configure(parser: argparse.ArgumentParser) -> Run:
-    return not_implemented("webhook")
+    parser.description = "Serve trainguard's mutating and validating admission webhooks (AdmissionReview v1 over HTTPS)."
+    net = parser.add_argument_group("listeners")
+    net.add_argument("--bind-address", default="0.0.0.0", help="address for both ports (default 0.0.0.0)")
+    net.add_argument("--port", type=int, default=9443, help="HTTPS admission port (default 9443)")
+    net.add_argument("--health-port", type=int, default=8081, help="plain-HTTP /healthz, /readyz, /metrics (default 8081)")
+    net.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger reviews get HTTP 413 (default 8 MiB)")
+    net.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT, help="seconds to receive a body, else 408 (default 10)")
+    net.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, help="close connections idle this long (default 120 s)")
+
+    kube = parser.add_argument_group("cluster")
+    kube.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+
+    pol = parser.add_argument_group("policy")
+    pol.add_argument("--on-policy-error", choices=["deny", "allow"], default="deny",
+                     help="an exception inside a policy: deny (AdmissionReview error, code 500) or allow with a warning")
+    pol.add_argument("--policy-module", default=DEFAULT_POLICY_MODULE,
+                     help="module providing the six policy functions (default webhook.policy.pipeline; for tests and extensions)")
+
+    certs = parser.add_argument_group("certificates")
+    certs.add_argument("--cert-dir", default=None, help="use tls.crt/tls.key provided here (e.g. cert-manager); only watched, never written")
+    certs.add_argument("--cert-dir-poll", type=float, default=10.0, help="seconds between looks at --cert-dir (default 10)")
+    certs.add_argument("--namespace", default=None, help="trainguard's namespace (default: the service account's, else trainguard-system)")
+    certs.add_argument("--service-name", default="trainguard-webhook", help="Service in front of the webhook; its DNS names go in the certificate")
+    certs.add_argument("--cert-secret", default="trainguard-webhook-cert", help="Secret holding the CA and serving certificate")
+    certs.add_argument("--cert-dns-name", action="append", default=[], help="extra DNS name for the certificate (repeatable)")
+    certs.add_argument("--cert-ip", action="append", default=[], help="IP address for the certificate, e.g. 127.0.0.1 (repeatable)")
+    certs.add_argument("--ca-lifetime", type=duration, default=Lifetimes.ca, help="default 3650d")
+    certs.add_argument("--cert-lifetime", type=duration, default=Lifetimes.leaf, help="default 365d")
+    certs.add_argument("--cert-renew-before", type=duration, default=Lifetimes.renew_before, help="renew this long before expiry (default 90d)")
+    certs.add_argument("--ca-propagation", type=duration, default=Lifetimes.ca_propagation,
+                       help="after a CA renewal, keep signing with the old CA this long (default 10m)")
+    certs.add_argument("--cert-refresh-interval", type=duration, default=timedelta(minutes=1), help="how often to re-read the Secret (default 1m)")
+    certs.add_argument("--mutating-configuration", default="trainguard-mutating", help="MutatingWebhookConfiguration to inject the CA into ('' = none)")
+    certs.add_argument("--validating-configuration", default="trainguard-validating", help="ValidatingWebhookConfiguration to inject the CA into ('' = none)")
+
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    def run(args: argparse.Namespace) -> int:
+        configure_logging(args.log_level)
+        try:
+            return asyncio.run(serve(args))
+        except StartupError as e:
+            log.error("startup failed: %s", e)
+            return 2
+
+    return run
+
+
+class StartupError(Exception):
+    pass
+
+
+async def serve(args: argparse.Namespace) -> int:
+    try:
+        routes = bind_routes(args.policy_module)
+    except (ImportError, LookupError) as e:
+        raise StartupError(f"policy module {args.policy_module}: {e}") from e
+
+    metrics = AdmissionMetrics()
+
+    def on_reload(leaf) -> None:  # type: ignore[no-untyped-def]
+        metrics.cert_reloads.inc()
+        metrics.cert_not_after.set(leaf.not_valid_after_utc.timestamp())
+
+    serving = ServingCertificate(on_reload=on_reload)
+    try:
+        kube = KubeClient(load_config(args.kubeconfig))
+    except Exception as e:  # the kubernetes loader raises its own ConfigException and friends
+        raise StartupError(f"cannot load cluster configuration: {e}") from e
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    caches = ClusterCaches(kube)
+    metrics.watch_caches(caches.sync_state)
+    runners: list[web.AppRunner] = []
+    background: list[asyncio.Task[None]] = []
+    try:
+        health = web.AppRunner(health_app(Readiness(lambda: serving.loaded, caches.sync_state), metrics), access_log=None)
+        await health.setup()
+        runners.append(health)
+        await web.TCPSite(health, args.bind_address, args.health_port).start()
+        caches.start()
+
+        if args.cert_dir:
+            watcher = CertDirWatcher(serving, args.cert_dir, interval=args.cert_dir_poll)
+            while not watcher.check():
+                if await _stopped(stop, 1.0):
+                    return 0
+            background.append(asyncio.create_task(watcher.run()))
+        else:
+            namespace = args.namespace or default_namespace()
+            rotator = SecretRotator(
+                kube,
+                serving,
+                RotatorSettings(
+                    namespace=namespace,
+                    secret_name=args.cert_secret,
+                    dns_names=[*service_dns_names(args.service_name, namespace), *args.cert_dns_name],
+                    ip_addresses=list(args.cert_ip),
+                    mutating_configuration=args.mutating_configuration or None,
+                    validating_configuration=args.validating_configuration or None,
+                    lifetimes=Lifetimes(args.ca_lifetime, args.cert_lifetime, args.cert_renew_before, args.ca_propagation),
+                    refresh_interval=args.cert_refresh_interval.total_seconds(),
+                ),
+                clock=lambda: datetime.now(timezone.utc),
+            )
+            delay = 0.5
+            while True:
+                try:
+                    await rotator.reconcile_once()
+                    break
+                except Exception as e:  # keep trying: the apiserver may not be reachable yet
+                    log.warning("initial certificate setup failed: %s: %s", type(e).__name__, e)
+                    if await _stopped(stop, delay):
+                        return 0
+                    delay = min(delay * 2, 30.0)
+            background.append(asyncio.create_task(rotator.run()))
+
+        handler = AdmissionHandler(
+            routes, caches.snapshot, metrics,
+            ServerSettings(max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, on_policy_error=args.on_policy_error),
+        )
+        https = web.AppRunner(handler.app(), access_log=None, keepalive_timeout=args.idle_timeout, shutdown_timeout=10.0)
+        await https.setup()
+        runners.insert(0, https)
+        await web.TCPSite(https, args.bind_address, args.port, ssl_context=serving.context, backlog=512).start()
+        log.info("serving admission webhooks", extra={"port": args.port, "health_port": args.health_port, "paths": sorted(routes)})
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    finally:
+        for task in background:
+            task.cancel()
+        for runner in runners:
+            await runner.cleanup()
+        await caches.stop()
+        await kube.close()
+
+
+async def _stopped(stop: asyncio.Event, delay: float) -> bool:
+    try:
+        await asyncio.wait_for(stop.wait(), delay)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+if __name__ == "__main__":
+    from webhook.cli import main
+
+    sys.exit(main(["webhook", *sys.argv[1:]]))

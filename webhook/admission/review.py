@@ -1,0 +1,112 @@
+"""AdmissionReview ``admission.k8s.io/v1``: parse the request at the door, build the response.
+
+Parsing is strict about what we rely on (envelope apiVersion/kind, a non-empty uid, a known operation, the
+kind being addressed) and tolerant of everything else (unknown fields are ignored, as a newer apiserver may send
+more). A body that is not a well-formed review gets ``ReviewError`` (HTTP 400, no uid to answer to); a review we
+can answer but not serve (wrong kind for the path) gets an AdmissionReview error instead, see ``server``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+class _Door(BaseModel):
+    # strict: no "1" -> 1 or "true" -> True coercion of what the apiserver sent; extra: forward compatible.
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class GroupVersionKind(_Door):
+    group: str = ""
+    version: str
+    kind: str
+
+
+class GroupVersionResource(_Door):
+    group: str = ""
+    version: str
+    resource: str
+
+
+class AdmissionRequest(_Door):
+    uid: str = Field(min_length=1, max_length=256)
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    sub_resource: str = Field("", alias="subResource")
+    name: str = ""
+    namespace: str = ""
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    user_info: dict[str, Any] = Field(default_factory=dict, alias="userInfo")
+    # Opaque to the codec: the policy engine parses objects itself.
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = Field(None, alias="oldObject")
+    dry_run: bool = Field(False, alias="dryRun")
+
+
+class AdmissionReview(_Door):
+    api_version: Literal["admission.k8s.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest
+
+
+class ReviewError(Exception):
+    """The body is not an AdmissionReview we can answer (no uid to echo): the server replies HTTP 400."""
+
+
+def parse_review(body: bytes) -> AdmissionReview:
+    """Decode and validate one review body; every failure is a ``ReviewError`` with a one-line reason."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ReviewError(f"body is not JSON: {type(e).__name__}") from None
+    if not isinstance(data, dict):
+        raise ReviewError(f"body is a JSON {type(data).__name__}, not an AdmissionReview object")
+    try:
+        return AdmissionReview.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise ReviewError(f"not an {API_VERSION} AdmissionReview: {where}: {first['msg']} ({e.error_count()} errors)") from None
+    except RecursionError:
+        raise ReviewError("body nests too deeply") from None
+
+
+def _response(uid: str, allowed: bool, **fields: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": allowed, **fields}}
+
+
+def allowed_response(uid: str, *, patch: list[dict[str, Any]] | None = None, warnings: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if patch:
+        fields["patchType"] = "JSONPatch"
+        fields["patch"] = base64.b64encode(encode_patch(patch)).decode()
+    if warnings:
+        fields["warnings"] = list(warnings)
+    return _response(uid, True, **fields)
+
+
+def denied_response(uid: str, message: str, *, warnings: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A policy denial: the apiserver shows it as HTTP 403 'admission webhook "<name>" denied the request: <message>'."""
+    fields: dict[str, Any] = {"status": {"code": 403, "reason": "Forbidden", "message": message}}
+    if warnings:
+        fields["warnings"] = list(warnings)
+    return _response(uid, False, **fields)
+
+
+def error_response(uid: str, code: int, message: str) -> dict[str, Any]:
+    """The webhook could not decide (bad request for this path, or an internal failure): allowed=false with a code."""
+    reason = {400: "BadRequest", 500: "InternalError"}.get(code, "")
+    status: dict[str, Any] = {"code": code, "message": message}
+    if reason:
+        status["reason"] = reason
+    return _response(uid, False, status=status)
+
+
+def encode_patch(patch: list[dict[str, Any]]) -> bytes:
+    return json.dumps(patch, separators=(",", ":")).encode()

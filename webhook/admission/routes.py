@@ -1,0 +1,100 @@
+"""The webhooks trainguard serves: one stable URL path per (mutating|validating, kind), bound to a policy function.
+
+The paths follow upstream's controller-runtime convention (``/{mutate|validate}-<group with dashes>-<version>-<kind
+lowercase>``) so that clusters migrating from Kubeflow Trainer's own webhooks keep their URLs. The webhook names are
+the ones that appear in denial messages (``admission webhook "<name>" denied the request: ...``); the Trainer ones
+are upstream's names, so messages read exactly as users know them.
+
+Each route names a function of the policy module (``webhook.policy.pipeline`` unless told otherwise); binding is
+done once at startup, so a missing function is a startup error, never a per-request surprise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Literal, Mapping
+
+from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+
+PolicyFunction = Callable[[AdmissionInput, ClusterSnapshot], Verdict]
+DEFAULT_POLICY_MODULE = "webhook.policy.pipeline"
+
+
+@dataclass(frozen=True)
+class WebhookRoute:
+    path: str
+    name: str  # the webhook's name in the (Mutating|Validating)WebhookConfiguration
+    mutating: bool
+    group: str
+    version: str
+    kind: str
+    resource: str  # plural, for the registration rules
+    scope: Literal["Namespaced", "Cluster"]
+    policy: str  # attribute of the policy module
+    # Upstream lets runtime owners opt out of validation with this label (value "disabled").
+    upstream_opt_out_label: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+TRAINER = "trainer.kubeflow.org"
+TRAINGUARD = "trainguard.io"
+UPSTREAM_RUNTIME_OPT_OUT = "trainer.kubeflow.org/webhook-validation"
+
+ROUTES: tuple[WebhookRoute, ...] = (
+    WebhookRoute(
+        "/mutate-trainer-kubeflow-org-v1alpha1-trainjob", "defaulter.trainjob.trainer.kubeflow.org", True,
+        TRAINER, "v1alpha1", "TrainJob", "trainjobs", "Namespaced", "mutate_trainjob",
+    ),
+    WebhookRoute(
+        "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "validator.trainjob.trainer.kubeflow.org", False,
+        TRAINER, "v1alpha1", "TrainJob", "trainjobs", "Namespaced", "validate_trainjob",
+    ),
+    WebhookRoute(
+        "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime", "validator.trainingruntime.trainer.kubeflow.org", False,
+        TRAINER, "v1alpha1", "TrainingRuntime", "trainingruntimes", "Namespaced", "validate_training_runtime",
+        UPSTREAM_RUNTIME_OPT_OUT,
+    ),
+    WebhookRoute(
+        "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime",
+        "validator.clustertrainingruntime.trainer.kubeflow.org", False,
+        TRAINER, "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", "Cluster",
+        "validate_cluster_training_runtime", UPSTREAM_RUNTIME_OPT_OUT,
+    ),
+    WebhookRoute(
+        "/validate-trainguard-io-v1alpha1-trainjobpolicy", "validator.trainjobpolicy.trainguard.io", False,
+        TRAINGUARD, "v1alpha1", "TrainJobPolicy", "trainjobpolicies", "Cluster", "validate_trainjob_policy",
+    ),
+    WebhookRoute(
+        "/validate-trainguard-io-v1alpha1-datasetcache", "validator.datasetcache.trainguard.io", False,
+        TRAINGUARD, "v1alpha1", "DatasetCache", "datasetcaches", "Namespaced", "validate_dataset_cache",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class BoundRoute:
+    route: WebhookRoute
+    decide: PolicyFunction
+
+
+def bind_routes(
+    policies: Mapping[str, PolicyFunction] | str = DEFAULT_POLICY_MODULE,
+    routes: tuple[WebhookRoute, ...] = ROUTES,
+) -> dict[str, BoundRoute]:
+    """Path -> route with its function, from a module name (import once) or a mapping (tests).
+
+    Raises ``LookupError`` naming every missing function, so a half-installed policy module fails at startup.
+    """
+    if isinstance(policies, str):
+        module = importlib.import_module(policies)
+        lookup: Mapping[str, PolicyFunction] = {r.policy: getattr(module, r.policy) for r in routes if hasattr(module, r.policy)}
+    else:
+        lookup = policies
+    missing = [r.policy for r in routes if not callable(lookup.get(r.policy))]
+    if missing:
+        raise LookupError(f"policy functions not found: {', '.join(missing)}")
+    return {r.path: BoundRoute(r, lookup[r.policy]) for r in routes}

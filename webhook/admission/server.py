@@ -1,0 +1,269 @@
+"""The two aiohttp applications: admission (HTTPS) and health/metrics (plain HTTP, its own port).
+
+One review, start to end (``AdmissionHandler.handle``):
+
+1. HTTP checks before reading: POST only (aiohttp answers 405), known path (404), ``Content-Type:
+   application/json`` (415), declared length within ``max_body_bytes`` (413).
+2. Read the body under ``read_timeout`` (a client that dribbles gets 408, the connection is closed) and the same
+   size cap for chunked bodies (413).
+3. Parse the AdmissionReview at the door (400 on anything that is not one; there is no uid to answer to).
+4. Check that the review is for this path's kind and carries an object; if not, answer an AdmissionReview error
+   (allowed=false, code 400) so the apiserver shows a clear message.
+5. Call the route's pure policy function with a ``ClusterSnapshot`` from the caches. An exception inside it is
+   caught: by default an AdmissionReview error (allowed=false, code 500); with ``on_policy_error="allow"`` the
+   request is admitted unchanged with a warning. The server itself never answers 5xx.
+6. Encode: for the mutating webhook a minimal RFC 6902 patch from the ORIGINAL object to ``Verdict.obj``
+   (jsonpatch; never the whole object); warnings; denials with status code 403 and the policy's message.
+
+Every review ends in one JSON log line (uid, webhook, kind, namespace/name, operation, dryRun, verdict, reason,
+patch size, duration) and in the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal, Mapping
+
+import jsonpatch
+from aiohttp import web
+
+from webhook.admission.metrics import AdmissionMetrics
+from webhook.admission.review import (
+    AdmissionReview,
+    ReviewError,
+    allowed_response,
+    denied_response,
+    encode_patch,
+    error_response,
+    parse_review,
+)
+from webhook.admission.routes import BoundRoute
+from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+
+log = logging.getLogger("trainguard.admission")
+
+# An AdmissionReview carries the object and, on UPDATE, the old object. The apiserver caps a request body at
+# 3 MiB and etcd an object at 1.5 MiB, so two objects plus the envelope stay well under this.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_READ_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    # What a policy exception means for the request: "deny" (an error the apiserver rejects) or "allow".
+    on_policy_error: Literal["deny", "allow"] = "deny"
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class AdmissionHandler:
+    def __init__(
+        self,
+        routes: Mapping[str, BoundRoute],
+        snapshot: Callable[[], ClusterSnapshot],
+        metrics: AdmissionMetrics,
+        settings: ServerSettings = ServerSettings(),
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.routes = dict(routes)
+        self.snapshot = snapshot
+        self.metrics = metrics
+        self.settings = settings
+        self.clock = clock
+
+    def app(self) -> web.Application:
+        # client_max_size caps request.read() too, as a second line behind our own checks.
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        for path in self.routes:
+            app.router.add_post(path, self.handle)
+        return app
+
+    # ---- HTTP level --------------------------------------------------------------------------------------
+
+    def _reject(self, status: int, reason: str, message: str, request: web.Request) -> web.Response:
+        self.metrics.bad_requests.labels(reason).inc()
+        log.warning(
+            "rejected admission request: %s", message,
+            extra={"http_status": status, "reason": reason, "path": request.path, "remote": request.remote},
+        )
+        return web.Response(status=status, text=message + "\n", content_type="text/plain")
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        bound = self.routes[request.path]
+        if request.content_type != "application/json":
+            return self._reject(415, "unsupported_media_type", f"Content-Type must be application/json, got {request.content_type!r}", request)
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._reject(413, "too_large", f"body of {request.content_length} bytes exceeds the {limit}-byte limit", request)
+        try:
+            async with asyncio.timeout(self.settings.read_timeout):
+                body = await _read_capped(request, limit)
+        except TimeoutError:
+            resp = self._reject(408, "read_timeout", f"body not received within {self.settings.read_timeout}s", request)
+            resp.force_close()
+            return resp
+        except _TooLarge:
+            resp = self._reject(413, "too_large", f"body exceeds the {limit}-byte limit", request)
+            resp.force_close()
+            return resp
+        started = time.perf_counter()
+        try:
+            review = parse_review(body)
+        except ReviewError as e:
+            return self._reject(400, "bad_review", str(e), request)
+        try:
+            response, outcome = self.review(bound, review)
+        except Exception as e:  # a bug of ours: still an answer the apiserver can show, never an HTTP 500
+            log.exception("review failed", extra={"uid": review.request.uid, "webhook": bound.route.name})
+            response = error_response(review.request.uid, 500, f"internal error in {bound.route.name}: {type(e).__name__}")
+            outcome = Outcome("error", "InternalError")
+        elapsed = time.perf_counter() - started
+        name = bound.route.name
+        self.metrics.requests.labels(name, outcome.verdict).inc()
+        self.metrics.duration.labels(name, outcome.verdict).observe(elapsed)
+        req = review.request
+        log.info(
+            "admission %s", outcome.verdict,
+            extra={
+                "uid": req.uid, "webhook": name, "kind": req.kind.kind, "namespace": req.namespace, "name": req.name,
+                "operation": req.operation, "dry_run": req.dry_run, "verdict": outcome.verdict,
+                "reason": outcome.reason, "patch_ops": outcome.patch_ops, "patch_bytes": outcome.patch_bytes,
+                "warnings": outcome.warnings, "duration_ms": round(elapsed * 1000, 3),
+            },
+        )
+        return web.json_response(response, dumps=_dumps)
+
+    # ---- review level (pure apart from metrics and logs) ------------------------------------------------
+
+    def review(self, bound: BoundRoute, review: AdmissionReview) -> tuple[dict[str, Any], "Outcome"]:
+        req = review.request
+        route = bound.route
+        if (req.kind.group, req.kind.kind) != (route.group, route.kind):
+            got = f"{req.kind.group}/{req.kind.version}, Kind={req.kind.kind}"
+            return error_response(req.uid, 400, f"{route.path} serves {route.api_version}, Kind={route.kind}; got {got}"), Outcome("error", "WrongKind")
+        if req.operation not in ("CREATE", "UPDATE"):
+            # Not registered for these; answer harmlessly should a configuration send them anyway.
+            return allowed_response(req.uid), Outcome("allowed")
+        if req.object is None:
+            return error_response(req.uid, 400, f"{req.operation} review carries no object"), Outcome("error", "NoObject")
+        obj_kind = req.object.get("kind")
+        if obj_kind is not None and obj_kind != route.kind:
+            return error_response(req.uid, 400, f"{route.path} serves {route.kind}; the object is a {obj_kind!r}"), Outcome("error", "WrongKind")
+        if req.operation == "UPDATE" and req.old_object is None:
+            return error_response(req.uid, 400, "UPDATE review carries no oldObject"), Outcome("error", "NoObject")
+
+        admission = AdmissionInput(
+            operation=req.operation,
+            obj=_copy(req.object),
+            old_obj=_copy(req.old_object) if req.old_object is not None else None,
+            now=self.clock(),
+            dry_run=req.dry_run,
+            namespace=req.namespace,
+        )
+        try:
+            verdict = bound.decide(admission, self.snapshot())
+            if not isinstance(verdict, Verdict):
+                raise TypeError(f"policy returned {type(verdict).__name__}, not a Verdict")
+        except Exception as e:  # a policy bug must cost one request, not the server
+            self.metrics.policy_errors.labels(route.name).inc()
+            log.exception("policy %s raised", route.policy, extra={"uid": req.uid, "webhook": route.name})
+            if self.settings.on_policy_error == "allow":
+                return allowed_response(req.uid, warnings=[f"trainguard: {route.name} skipped after an internal error"]), Outcome("error", "PolicyError")
+            return error_response(req.uid, 500, f"internal error in {route.name}: {type(e).__name__}"), Outcome("error", "PolicyError")
+
+        warnings = [w for w in verdict.warnings if isinstance(w, str) and w]
+        if not verdict.allowed:
+            reason = verdict.reason or "Denied"
+            self.metrics.denials.labels(route.name, reason).inc()
+            message = verdict.message or "denied by policy"
+            return denied_response(req.uid, message, warnings=warnings), Outcome("denied", reason, warnings=len(warnings))
+        if route.mutating and verdict.obj is not None:
+            try:
+                patch = jsonpatch.make_patch(req.object, verdict.obj).patch
+            except Exception as e:
+                self.metrics.policy_errors.labels(route.name).inc()
+                log.exception("patch computation failed", extra={"uid": req.uid, "webhook": route.name})
+                return error_response(req.uid, 500, f"internal error in {route.name}: cannot diff object ({type(e).__name__})"), Outcome("error", "PatchError")
+            if patch:
+                size = len(encode_patch(patch))
+                self.metrics.patch_bytes.labels(route.name).observe(size)
+                return allowed_response(req.uid, patch=patch, warnings=warnings), Outcome("patched", patch_ops=len(patch), patch_bytes=size, warnings=len(warnings))
+        return allowed_response(req.uid, warnings=warnings), Outcome("allowed", warnings=len(warnings))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Literal["allowed", "patched", "denied", "error"]
+    reason: str | None = None
+    patch_ops: int = 0
+    patch_bytes: int = 0
+    warnings: int = 0
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes:
+    """Read the body, chunked or not, failing as soon as it passes ``limit`` (never buffering more)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await request.content.read(64 * 1024)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge()
+        chunks.append(chunk)
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    # The policy gets its own copy, so the original stays intact as the base of the patch even if a policy mutates
+    # its input by mistake. A JSON round-trip is a faster deep copy than copy.deepcopy for JSON-shaped data.
+    return json.loads(json.dumps(obj))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+# ---- health / readiness / metrics ------------------------------------------------------------------------------
+
+
+@dataclass
+class Readiness:
+    """What /readyz checks: certificates loaded and caches synced (each a zero-argument callable)."""
+
+    certificates_loaded: Callable[[], bool]
+    caches_synced: Callable[[], Mapping[str, bool]]
+
+
+def health_app(readiness: Readiness, metrics: AdmissionMetrics) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        certs = readiness.certificates_loaded()
+        caches = dict(readiness.caches_synced())
+        ready = certs and all(caches.values())
+        detail = {"certificates": certs, "caches": caches}
+        return web.json_response({"ready": ready, **detail}, status=200 if ready else 503)
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
