@@ -34,6 +34,7 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
         with ``webhook.field.aggregate``.
 
     build_objects(trainjob, runtime, *, keys, existing=ExistingObjects(), dataset_cache=None) -> list[dict]
+        ``ExistingObjects(jobset=None, podgroup=False, mpi_ssh_secret=False, flux_curve_secret=False)``.
         Every object the reconciler server-side-applies, in order: JobSet (omitted when it is running:
         existing and both suspends false), MPI SSH Secret (only when ``existing.mpi_ssh_secret`` is False),
         MPI hostfile ConfigMap, PodGroup (coscheduling/volcano; omitted when it exists and the TrainJob is not

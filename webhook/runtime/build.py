@@ -23,7 +23,7 @@ class ExistingObjects:
     """What the reconciler's caches say already exists for this TrainJob."""
 
     jobset: Mapping[str, Any] | None = None  # the live JobSet (its spec.suspend matters)
-    pod_group: bool = False
+    podgroup: bool = False
     mpi_ssh_secret: bool = False
     flux_curve_secret: bool = False
 
@@ -45,7 +45,7 @@ def build_objects(
         objects.append(_wire_dataset_cache(built, tj, dataset_cache))
     if job.ml_policy == "mpi":
         objects += mpi.build(draft, tj, keys=keys, secret_exists=existing.mpi_ssh_secret)
-    if job.pod_group_policy and (suspended or not existing.pod_group):
+    if job.pod_group_policy and (suspended or not existing.podgroup):
         module = coscheduling if job.pod_group_policy == "coscheduling" else volcano
         objects.append(module.build(draft, job.pod_sets, tj))
     if job.ml_policy == "flux":
