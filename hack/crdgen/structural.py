@@ -47,15 +47,18 @@ def int_or_string_schema() -> dict[str, Any]:
 
 def embedded_object_meta_schema() -> dict[str, Any]:
     """The metadata a CRD may keep for an embedded object template (what generateEmbeddedObjectMeta emits)."""
-    string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    def string_map(what: str) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": {"type": "string"}, "description": what}
+
     return {
         "type": "object",
         "properties": {
-            "annotations": copy.deepcopy(string_map),
-            "finalizers": {"type": "array", "items": {"type": "string"}},
-            "labels": copy.deepcopy(string_map),
-            "name": {"type": "string"},
-            "namespace": {"type": "string"},
+            "annotations": string_map("Annotations of the objects created from this template."),
+            "finalizers": {"type": "array", "items": {"type": "string"},
+                           "description": "Finalizers of the objects created from this template."},
+            "labels": string_map("Labels of the objects created from this template."),
+            "name": {"type": "string", "description": "Name of the object (usually left to the controller)."},
+            "namespace": {"type": "string", "description": "Namespace (usually left to the controller)."},
         },
     }
 

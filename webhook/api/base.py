@@ -47,8 +47,9 @@ class KubeModel(BaseModel):
         # Assignment goes through validation so a mutation cannot store a value the schema would reject.
         validate_assignment=True,
         protected_namespaces=(),
-        # Keep ``ser_json_inf_nan`` etc. at defaults; ``use_enum_values`` so Literal/enum fields dump as str.
-        use_enum_values=True,
+        # Strict: a wrong JSON type is an error, never silently coerced ("true" -> True would change the
+        # object on dump). The API server rejects such objects anyway; files given to `render` get a clear error.
+        strict=True,
     )
 
     __openapi__: ClassVar[str | None] = None

@@ -159,7 +159,7 @@ class PodSpecPatch(KubeModel):
     """Pod-spec fields a runtime patch may set. Scheduling fields stay mutable (while suspended), others not."""
 
     service_account_name: str | None = spec_field(
-        "ServiceAccount the pods run as. Immutable.", rules=[IMMUTABLE]
+        "ServiceAccount the pods run as. Immutable.", max_length=253, rules=[IMMUTABLE]
     )
     node_selector: dict[str, str] | None = spec_field("Node labels added to the pods' nodeSelector.")
     affinity: Affinity | None = spec_field("Affinity merged into the pods' affinity.")

@@ -1,0 +1,96 @@
+"""Model behaviour beyond round trips: helpers, defaults, list keys and embedded types."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from webhook.api import constants as c
+from webhook.api.core import PodSpec, ResourceRequirements
+from webhook.api.meta import LabelSelector, label_selector_matches
+from webhook.api.trainer import MLPolicy, RuntimeRef, TrainJob, TrainingRuntime, parse_runtime
+from webhook.api.trainguard import DatasetCache, TrainJobPolicy
+
+
+def test_runtime_ref_defaults_are_not_materialised():
+    ref = RuntimeRef.parse({"name": "torch-distributed"})
+    assert ref.dump() == {"name": "torch-distributed"}
+    assert ref.effective_kind() == c.CLUSTER_TRAINING_RUNTIME_KIND
+    assert ref.effective_api_group() == c.TRAINER_GROUP
+
+
+def test_required_fields_give_clear_errors():
+    with pytest.raises(ValidationError, match="runtimeRef"):
+        TrainJob.parse({"spec": {}})
+    with pytest.raises(ValidationError, match="name"):
+        RuntimeRef.parse({})
+
+
+def test_request_quantities_fall_back_to_limits():
+    rr = ResourceRequirements.parse({"requests": {"cpu": "32"}, "limits": {"nvidia.com/gpu": 8, "cpu": "40"}})
+    got = {k: v.to_string() for k, v in rr.request_quantities().items()}
+    assert got == {"cpu": "32", "nvidia.com/gpu": "8"}
+
+
+@pytest.mark.parametrize("policy, framework", [
+    ({}, "plain"), ({"torch": {}}, "torch"), ({"mpi": {"numProcPerNode": 2}}, "mpi"), ({"jax": {}}, "jax"),
+    ({"xgboost": {}}, "xgboost"), ({"flux": {}}, "flux"),
+])
+def test_ml_policy_framework(policy, framework):
+    assert MLPolicy.parse(policy).framework() == framework
+    assert MLPolicy.parse(policy).effective_num_nodes() == 1
+
+
+def test_parse_runtime_by_kind():
+    obj = {"kind": "ClusterTrainingRuntime", "spec": {"mlPolicy": {"numNodes": 2}}}
+    assert type(parse_runtime(obj)).__name__ == "ClusterTrainingRuntime"
+    assert isinstance(parse_runtime({**obj, "kind": "TrainingRuntime"}), TrainingRuntime)
+
+
+def test_list_items_keep_their_keys_and_unknown_fields():
+    spec = PodSpec.parse({
+        "containers": [{
+            "name": "node", "image": "x",
+            "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+            "ports": [{"containerPort": 29500, "protocol": "TCP", "futurePortField": 1}],
+            "volumeMounts": [{"name": "initializer", "mountPath": "/workspace", "recursiveReadOnly": "Disabled"}],
+            "stopSignal": "SIGTERM",
+        }],
+        "volumes": [{"name": "initializer", "persistentVolumeClaim": {"claimName": "pvc"}},
+                    {"name": "img", "image": {"reference": "r"}}],
+        "hostnameOverride": "h",
+    })
+    node = spec.container("node")
+    assert node is not None
+    assert [e.name for e in node.env or []] == ["A", "B"]
+    assert (node.ports or [])[0].container_port == 29500
+    assert (node.volume_mounts or [])[0].mount_path == "/workspace"
+    assert [v.name for v in spec.volumes or []] == ["initializer", "img"]
+    assert spec.unknown_fields() == {"hostnameOverride": "h"}
+    assert node.unknown_fields() == {"stopSignal": "SIGTERM"}
+
+
+def test_label_selector_semantics():
+    sel = LabelSelector.parse({"matchLabels": {"team": "a"},
+                               "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]},
+                                                    {"key": "x", "operator": "DoesNotExist"}]})
+    assert label_selector_matches(sel, {"team": "a", "tier": "gpu"})
+    assert not label_selector_matches(sel, {"team": "a", "tier": "cpu"})
+    assert not label_selector_matches(sel, {"team": "a", "tier": "gpu", "x": "1"})
+    assert label_selector_matches(None, {})
+    assert label_selector_matches(LabelSelector.parse({}), {"any": "thing"})
+
+
+def test_trainguard_models_parse():
+    policy = TrainJobPolicy.parse({
+        "apiVersion": "trainguard.io/v1alpha1", "kind": "TrainJobPolicy", "metadata": {"name": "p"},
+        "spec": {"mode": "Audit", "topology": {"levels": [{"nodeLabel": "kubernetes.io/hostname",
+                                                            "gpusPerDomain": 8}]}},
+    })
+    assert policy.spec.mode == "Audit"
+    assert policy.spec.topology is not None and policy.spec.topology.levels[0].gpus_per_domain == 8
+    cache = DatasetCache.parse({"spec": {"source": {"hostPath": {"path": "/data"}, "shards": "*.arrow"},
+                                         "memoryBudget": "64Gi"}})
+    assert cache.spec.memory_budget == "64Gi"
+    with pytest.raises(ValidationError):
+        TrainJobPolicy.parse({"spec": {"mode": "Sometimes"}})
