@@ -99,10 +99,9 @@ def _topology(effective: Any, policies: list[Policy]) -> TopologyOutcome | None:
 
 def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, policies: list[Policy]) -> Object | None:
     """The ``trainguard.io/policy`` runtimePatch the matching policies ask for, or None when they ask nothing."""
-    jobs: dict[str, Object] = {}
-
-    def job_entry(name: str) -> Object:
-        return jobs.setdefault(name, {"name": name})
+    job_annotations: dict[str, dict[str, str]] = {}
+    pod_annotations: dict[str, dict[str, str]] = {}
+    pod_specs: dict[str, Object] = {}
 
     outcome = _topology(effective, policies) if effective is not None else None
     if outcome is not None and isinstance(outcome.result, Placement):
@@ -114,11 +113,9 @@ def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, poli
                 continue
             sources = _written_elsewhere(trainjob, runtime, ps.name)
             if hinted.pod_annotations and not _declared(sources, _pod_meta, KUEUE_TOPOLOGY_KEYS):
-                pod_template = _pod_template_entry(job_entry(ps.name))
-                pod_template.setdefault("metadata", {})["annotations"] = dict(hinted.pod_annotations)
+                pod_annotations[ps.name] = dict(hinted.pod_annotations)
             if hinted.job_annotations and not _declared(sources, _job_meta, KAI_TOPOLOGY_KEYS):
-                job_template = job_entry(ps.name).setdefault("template", {})
-                job_template.setdefault("metadata", {})["annotations"] = dict(hinted.job_annotations)
+                job_annotations[ps.name] = dict(hinted.job_annotations)
 
     node_selector, _ = first_set(policies, lambda p: p.spec.defaults.node_selector or None)
     tolerations, _ = first_set(policies, lambda p: p.spec.defaults.tolerations or None)
@@ -126,42 +123,49 @@ def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, poli
         name = rjob.get("name")
         if not name:
             continue
-        others = [_patch_job(p, name) for p in _other_patches(trainjob)]
-        pod_specs = [pod_spec(rjob)] + [pod_spec(o) for o in others]
+        others = [pod_spec(_patch_job(p, name)) for p in _other_patches(trainjob)]
         if node_selector:
-            taken = {k for s in pod_specs for k in (s.get("nodeSelector") or {})}
+            taken = {k for s in [pod_spec(rjob)] + others for k in (s.get("nodeSelector") or {})}
             add = {k: v for k, v in node_selector.items() if k not in taken}
             if add:
-                _pod_spec_entry(job_entry(name))["nodeSelector"] = add
-        if tolerations and not any(pod_spec(o).get("tolerations") is not None for o in others):
+                pod_specs.setdefault(name, {})["nodeSelector"] = add
+        if tolerations and not any(o.get("tolerations") is not None for o in others):
             # Patch tolerations REPLACE the runtime's (atomic list): carry the runtime's over, then add ours.
-            merged = list(pod_spec(rjob).get("tolerations") or [])
-            merged += [dict(t) for t in tolerations if dict(t) not in merged]
-            if merged != list(pod_spec(rjob).get("tolerations") or []):
-                _pod_spec_entry(job_entry(name))["tolerations"] = merged
+            own = list(pod_spec(rjob).get("tolerations") or [])
+            merged = own + [dict(t) for t in tolerations if dict(t) not in own]
+            if merged != own:
+                pod_specs.setdefault(name, {})["tolerations"] = merged
+
+    ordered: list[Object] = []
+    for rjob in replicated_jobs(runtime):
+        name = rjob.get("name")
+        if name not in job_annotations and name not in pod_annotations and name not in pod_specs:
+            continue
+        template: Object = {}
+        if name in job_annotations:
+            template["metadata"] = {"annotations": job_annotations[name]}
+        pod_template: Object = {}
+        if name in pod_annotations:
+            pod_template["metadata"] = {"annotations": pod_annotations[name]}
+        if name in pod_specs:
+            pod_template["spec"] = pod_specs[name]
+        if pod_template:
+            template["spec"] = {"template": pod_template}
+        ordered.append({"name": name, "template": template})
 
     kai_queue, _ = first_set(policies, lambda p: p.spec.scheduling.kai_queue)
-    template: Object = {}
+    jobset_template: Object = {}
     jobset_labels = (((runtime.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
     other_labels = {k for p in _other_patches(trainjob)
                     for k in ((((p.get("trainingRuntimeSpec") or {}).get("template") or {}).get("metadata") or {})
                               .get("labels") or {})}
     if kai_queue and KAI_QUEUE_LABEL not in jobset_labels and KAI_QUEUE_LABEL not in other_labels:
-        template["metadata"] = {"labels": {KAI_QUEUE_LABEL: kai_queue}}
-    ordered = [jobs[r.get("name")] for r in replicated_jobs(runtime) if r.get("name") in jobs]
+        jobset_template["metadata"] = {"labels": {KAI_QUEUE_LABEL: kai_queue}}
     if ordered:
-        template["spec"] = {"replicatedJobs": ordered}
-    if not template:
+        jobset_template["spec"] = {"replicatedJobs": ordered}
+    if not jobset_template:
         return None
-    return {"manager": POLICY_MANAGER, "trainingRuntimeSpec": {"template": template}}
-
-
-def _pod_template_entry(job: Object) -> Object:
-    return job.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
-
-
-def _pod_spec_entry(job: Object) -> Object:
-    return _pod_template_entry(job).setdefault("spec", {})
+    return {"manager": POLICY_MANAGER, "trainingRuntimeSpec": {"template": jobset_template}}
 
 
 def write_policy_patch(trainjob: Object, desired: Object | None) -> None:

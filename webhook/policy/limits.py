@@ -12,12 +12,11 @@ finalizer removal) of jobs admitted before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from webhook.field import FieldError, invalid, required
 from webhook.policy.policy_model import Policy
-from webhook.policy.shape import images, job_shape, trainer_pod_sets
+from webhook.policy.shape import images, job_shape, quantity, trainer_pod_sets
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,8 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
 
     for resource in limits.required_requests:
         for ps in trainer_pod_sets(effective):
-            if Decimal(str(ps.requests.get(resource, 0) or 0)) > 0:
+            value = ps.requests.get(resource)
+            if value is not None and not quantity(value).is_zero():
                 continue
             found.append(required(
                 "spec.trainer.resourcesPerNode.requests",

@@ -8,18 +8,24 @@ resource names counts only the one the policy constrains.
 
 from __future__ import annotations
 
-import math
-from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from webhook.api.quantity import Quantity, parse_quantity
 from webhook.policy.topology import JobShape
 
 
-def gpu_count(requests: dict[str, Any], resource: str) -> int:
+def quantity(value: Any) -> Quantity:
+    return value if isinstance(value, Quantity) else parse_quantity(value)
+
+
+def gpu_count(requests: Mapping[str, Any], resource: str) -> int:
+    """Whole GPUs of ``resource`` one pod requests (``Quantity.value()`` rounds up, as Kubernetes' ``Value()``)."""
     value = requests.get(resource)
-    if value is None:
-        return 0
-    return math.ceil(Decimal(str(value)))  # Quantity.Value() rounds up
+    return 0 if value is None else quantity(value).value()
+
+
+def pods(pod_set: Any) -> int:
+    return pod_set.pods
 
 
 def trainer_pod_sets(effective: Any) -> list[Any]:
@@ -28,11 +34,13 @@ def trainer_pod_sets(effective: Any) -> list[Any]:
 
 
 def job_shape(effective: Any, gpu_resource: str) -> JobShape:
-    """Trainer pods, GPUs per trainer pod (the largest, if trainer pod sets differ) and GPUs of the whole job."""
+    """Trainer pods that hold GPUs (an MPI launcher without GPUs does not count), GPUs per trainer pod (the largest,
+    if trainer pod sets differ) and GPUs of the whole job (every pod set, initializers included)."""
     trainers = trainer_pod_sets(effective)
-    nodes = sum(ps.count for ps in trainers) if trainers else effective.num_nodes
+    with_gpus = [ps for ps in trainers if gpu_count(ps.requests, gpu_resource) > 0] or trainers
+    nodes = sum(pods(ps) for ps in with_gpus) if with_gpus else effective.num_nodes
     per_node = max((gpu_count(ps.requests, gpu_resource) for ps in trainers), default=0)
-    total = sum(gpu_count(ps.requests, gpu_resource) * ps.count for ps in effective.pod_sets)
+    total = sum(gpu_count(ps.requests, gpu_resource) * pods(ps) for ps in effective.pod_sets)
     return JobShape(nodes=nodes, gpus_per_node=per_node, total_gpus=total)
 
 
