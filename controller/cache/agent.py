@@ -41,7 +41,7 @@ from controller.cache.protocol import (
 
 log = logging.getLogger("trainguard.cache.agent")
 
-Reporter = Callable[[int, bool], Awaitable[None]]
+Reporter = Callable[[int, int, bool], Awaitable[None]]  # (bytes resident, shards, warm)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class AgentConfig:
     http_port: int | None = 9108  # None: no HTTP endpoint (tests, benchmarks); 0: any free port
     max_connections: int = 256
     frame_timeout: float = 10.0  # a request frame, once begun, must complete within this
-    maintain_interval: float = 5.0
+    maintain_interval: float | None = 5.0  # None: no background passes; the owner calls maintain()
     rescan_interval: float = 30.0
     socket_mode: int = 0o666  # trainer pods run as any UID; access is governed by who may mount the directory
 
@@ -125,7 +125,7 @@ class CacheAgent:
         self._runner: web.AppRunner | None = None
         self._wake = asyncio.Event()
         self._maintain_lock = asyncio.Lock()
-        self._last_report: tuple[int, bool] | None = None
+        self._last_report: tuple[int, int, bool] | None = None
         self.metrics.budget.set(config.memory_budget)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -138,7 +138,8 @@ class CacheAgent:
         if self.config.http_port is not None:
             await self._start_http()
         self._spawn(self._accept_loop())
-        self._spawn(self._maintain_loop())
+        if self.config.maintain_interval is not None:
+            self._spawn(self._maintain_loop())
         self._spawn(self._rescan_loop())
 
     async def stop(self) -> None:
@@ -158,10 +159,11 @@ class CacheAgent:
             await asyncio.to_thread(self._maintain_blocking, list(self.index.entries.values()))
         self._publish_index_metrics()
         total = sum(e.resident for e in self.index.entries.values())
-        if self.reporter is not None and self._last_report != (total, self.ready):
+        report = (total, len(self.index.entries), self.ready)
+        if self.reporter is not None and self._last_report != report:
             try:
-                await self.reporter(total, self.ready)
-                self._last_report = (total, self.ready)
+                await self.reporter(*report)
+                self._last_report = report
             except Exception as exc:  # reporting is best effort; serving must go on
                 log.warning("could not report residency", extra={"fields": {"error": str(exc)}})
 
@@ -384,7 +386,7 @@ class CacheAgent:
                 log.exception("residency pass failed")
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.maintain_interval)
+                await asyncio.wait_for(self._wake.wait(), self.config.maintain_interval or 5.0)
 
     async def _rescan_loop(self) -> None:
         while True:

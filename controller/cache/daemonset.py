@@ -8,7 +8,8 @@ Pure functions (no I/O, no clock: ``now`` comes in) that the reconciler calls:
 
 How agents report bytes resident: each agent patches two annotations on its **own Pod**
 (``trainguard.io/cache-bytes-resident``: decimal bytes of its shards resident in the page cache, measured with
-mincore; ``trainguard.io/cache-warm``: ``"true"`` once its warm set was resident) every few seconds when the
+mincore; ``trainguard.io/cache-shards``: shards indexed; ``trainguard.io/cache-warm``: ``"true"`` once its warm
+set was resident) every few seconds when the
 value changes. The pod name comes from the downward API. ``compute_status`` sums the ready pods' figures. Why
 annotations rather than scraping ``/metrics``: the reconciler then needs only the pod list it already watches,
 no network path to every node. The price is a Role allowing ``get``/``patch`` on pods in the cache's namespace
@@ -22,12 +23,17 @@ memory) when the budget is exceeded. Page cache is reclaimable, so the limit nev
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
+from pydantic import ValidationError
+
+from webhook.api.constants import TRAINGUARD_API_VERSION
 from webhook.api.quantity import QuantityError, parse_quantity
+from webhook.api.trainguard import DatasetCache
 from webhook.runtime.dataset_cache import SOCKET_FILENAME, socket_host_directory
 
 AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
@@ -39,12 +45,10 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 ANNOTATION_BYTES_RESIDENT = "trainguard.io/cache-bytes-resident"
 ANNOTATION_WARM = "trainguard.io/cache-warm"
+ANNOTATION_SHARDS = "trainguard.io/cache-shards"
 LABEL_CACHE = "trainguard.io/dataset-cache"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 COMPONENT = "dataset-cache-agent"
-
-DEFAULT_API_VERSION = "trainguard.io/v1alpha1"
-
 
 class DatasetCacheSpecError(ValueError):
     """The DatasetCache cannot be turned into a DaemonSet; the message names the field."""
@@ -76,53 +80,54 @@ class CacheSpec:
 
 
 def cache_spec(cache: Any) -> CacheSpec:
-    """Parse a DatasetCache (the API model, or its wire dict) into ``CacheSpec``; raise on a missing field.
+    """Parse a DatasetCache (the ``webhook.api.trainguard.DatasetCache`` model, or its wire dict) into
+    ``CacheSpec``; raise ``DatasetCacheSpecError`` naming the field that prevents a DaemonSet.
 
-    Accepts the pydantic model from ``webhook.api`` through ``model_dump(by_alias=True)`` so the builder works
-    on the same wire shape either way.
+    ``spec.priorityClassName`` is read when present although the API model does not type it yet (the model keeps
+    unknown fields), so the option works as soon as the CRD schema admits it.
     """
-    obj: Mapping[str, Any] = (
-        cache.model_dump(by_alias=True, exclude_none=True) if hasattr(cache, "model_dump") else cache
-    )
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    name, namespace = meta.get("name"), meta.get("namespace")
+    try:
+        model = cache if isinstance(cache, DatasetCache) else DatasetCache.parse(cache)
+    except ValidationError as exc:
+        raise DatasetCacheSpecError(f"not a valid DatasetCache: {exc}") from exc
+    meta = model.metadata
+    name, namespace = (meta.name if meta else None), (meta.namespace if meta else None)
     if not name or not namespace:
         raise DatasetCacheSpecError("metadata.name and metadata.namespace are required")
-    source = spec.get("source") or {}
-    host = source.get("hostPath")
-    host_path = host.get("path") if isinstance(host, Mapping) else host
-    pvc = source.get("persistentVolumeClaim") or source.get("pvc")
-    claim = pvc.get("claimName") if isinstance(pvc, Mapping) else pvc
-    if bool(host_path) == bool(claim):
-        raise DatasetCacheSpecError(
-            "spec.source: exactly one of hostPath or persistentVolumeClaim must be set"
-        )
-    if host_path and not str(host_path).startswith("/"):
-        raise DatasetCacheSpecError(f"spec.source.hostPath: {host_path!r} must be an absolute path")
-    sub_path = str(source.get("path") or spec.get("path") or "").strip("/")
+    source = model.spec.source
+    host_path = source.host_path.path if source.host_path else None
+    pvc = source.persistent_volume_claim
+    if bool(host_path) == bool(pvc):
+        raise DatasetCacheSpecError("spec.source: exactly one of hostPath or persistentVolumeClaim must be set")
+    if host_path and not host_path.startswith("/"):
+        raise DatasetCacheSpecError(f"spec.source.hostPath.path: {host_path!r} must be an absolute path")
+    sub_path = ((pvc.path if pvc else None) or "").strip("/")
     if ".." in sub_path.split("/"):
-        raise DatasetCacheSpecError(f"spec.source.path: {sub_path!r} must not contain '..'")
-    glob = source.get("shardGlob") or spec.get("shardGlob") or source.get("shards") or "**/*"
-    budget_raw = spec.get("memoryBudget")
-    if budget_raw is None:
-        raise DatasetCacheSpecError("spec.memoryBudget is required")
+        raise DatasetCacheSpecError(f"spec.source.persistentVolumeClaim.path: {sub_path!r} must not contain '..'")
+    if source.shards.startswith("/") or ".." in source.shards:
+        raise DatasetCacheSpecError(f"spec.source.shards: {source.shards!r} must be a relative glob without '..'")
     try:
-        budget = parse_quantity(budget_raw).value()
+        budget = parse_quantity(model.spec.memory_budget).value()
     except QuantityError as exc:
         raise DatasetCacheSpecError(f"spec.memoryBudget: {exc}") from exc
-    if budget < 0:
-        raise DatasetCacheSpecError("spec.memoryBudget must not be negative")
+    if budget <= 0:
+        raise DatasetCacheSpecError("spec.memoryBudget must be greater than zero")
+    extra = model.spec.unknown_fields()
     return CacheSpec(
         name=name,
         namespace=namespace,
-        uid=meta.get("uid") or "",
-        api_version=obj.get("apiVersion") or DEFAULT_API_VERSION,
-        source=CacheSource(host_path=host_path, claim_name=claim, sub_path=sub_path, shard_glob=str(glob)),
+        uid=(meta.uid if meta else None) or "",
+        api_version=model.api_version or TRAINGUARD_API_VERSION,
+        source=CacheSource(
+            host_path=host_path,
+            claim_name=pvc.claim_name if pvc else None,
+            sub_path=sub_path,
+            shard_glob=source.shards,
+        ),
         memory_budget_bytes=budget,
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        tolerations=tuple(spec.get("tolerations") or ()),
-        priority_class_name=spec.get("priorityClassName") or None,
+        node_selector=dict(model.spec.node_selector or {}),
+        tolerations=tuple(t.dump() for t in model.spec.tolerations or ()),
+        priority_class_name=extra.get("priorityClassName") or None,
     )
 
 
@@ -311,6 +316,7 @@ def compute_status(
     ready_nodes = 0
     resident = 0
     unreported = 0
+    shard_counts: list[int] = []
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if any(labels.get(k) != v for k, v in wanted.items()):
@@ -318,11 +324,13 @@ def compute_status(
         if not _pod_ready(pod):
             continue
         ready_nodes += 1
-        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_BYTES_RESIDENT)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         try:
-            resident += max(0, int(raw))
+            resident += max(0, int(annotations.get(ANNOTATION_BYTES_RESIDENT)))
         except (TypeError, ValueError):
             unreported += 1
+        with contextlib.suppress(TypeError, ValueError):
+            shard_counts.append(int(annotations.get(ANNOTATION_SHARDS)))
     if daemonset is None:
         cond_status, reason, message = "False", "DaemonSetMissing", "the agent DaemonSet does not exist yet"
     elif desired == 0:
@@ -338,7 +346,8 @@ def compute_status(
     for old in (previous or {}).get("conditions") or []:
         if old.get("type") == "Ready" and old.get("status") == cond_status and old.get("lastTransitionTime"):
             transition = old["lastTransitionTime"]
-    meta = (cache.model_dump(by_alias=True) if hasattr(cache, "model_dump") else cache).get("metadata") or {}
+    model = cache if isinstance(cache, DatasetCache) else DatasetCache.parse(cache)
+    generation = model.metadata.generation if model.metadata else None
     status: dict[str, Any] = {
         "nodesDesired": desired,
         "nodesReady": ready_nodes,
@@ -353,8 +362,10 @@ def compute_status(
             }
         ],
     }
-    if meta.get("generation") is not None:
-        status["observedGeneration"] = meta["generation"]
+    if shard_counts:
+        status["shards"] = max(shard_counts)  # nodes of one hostPath dataset can differ; report the largest
+    if generation is not None:
+        status["observedGeneration"] = generation
     return status
 
 

@@ -112,10 +112,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _pod_reporter():
-    """Patch bytes resident / warm onto this Pod's annotations (read by ``daemonset.compute_status``)."""
+    """Patch bytes resident / shard count / warm onto this Pod's annotations (read by ``daemonset.compute_status``)."""
     from kubernetes import client, config
 
-    from controller.cache.daemonset import ANNOTATION_BYTES_RESIDENT, ANNOTATION_WARM
+    from controller.cache.daemonset import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
 
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:
@@ -123,11 +123,12 @@ def _pod_reporter():
     config.load_incluster_config()
     api = client.CoreV1Api()
 
-    async def report(bytes_resident: int, warm: bool) -> None:
+    async def report(bytes_resident: int, shards: int, warm: bool) -> None:
         body = {
             "metadata": {
                 "annotations": {
                     ANNOTATION_BYTES_RESIDENT: str(bytes_resident),
+                    ANNOTATION_SHARDS: str(shards),
                     ANNOTATION_WARM: "true" if warm else "false",
                 }
             }

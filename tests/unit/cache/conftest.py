@@ -23,7 +23,11 @@ class AgentThread:
 
     def start(self) -> "AgentThread":
         self.thread.start()
-        self.agent = self.call(self._make())
+        try:
+            self.agent = self.call(self._make())
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     async def _make(self) -> CacheAgent:
@@ -70,7 +74,7 @@ def start_agent(tmp_path: Path) -> Iterator[Any]:
             root=str(root),
             socket_path=str(tmp_path / "agent.sock"),
             http_port=None,
-            maintain_interval=3600.0,  # tests drive residency passes explicitly
+            maintain_interval=None,  # tests drive residency passes explicitly
             rescan_interval=3600.0,
             memory_budget=1 << 30,
         )
