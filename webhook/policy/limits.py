@@ -56,7 +56,7 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
     if limits.max_gpus_per_node is not None and shape.gpus_per_node > limits.max_gpus_per_node:
         found.append(invalid(
             resources_path, shape.gpus_per_node if resources_path != "spec.runtimeRef" else runtime_name,
-            f"{shape.gpus_per_node} {gpu} per node exceed maxGPUsPerNode {limits.max_gpus_per_node} of {_of(policy)}",
+            f"{shape.gpus_per_node} {gpu} per node exceed maxGpusPerNode {limits.max_gpus_per_node} of {_of(policy)}",
         ))
 
     if limits.max_total_gpus is not None and shape.total_gpus > limits.max_total_gpus:
@@ -64,7 +64,7 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
             "spec.trainer", {"numNodes": shape.nodes, "gpusPerNode": shape.gpus_per_node},
             f"the job requests {shape.total_gpus} {gpu} in total ({shape.nodes} nodes x {shape.gpus_per_node}"
             f"{'' if shape.total_gpus == shape.nodes * shape.gpus_per_node else ' plus other replicated jobs'}), "
-            f"more than maxTotalGPUs {limits.max_total_gpus} of {_of(policy)}",
+            f"more than maxTotalGpus {limits.max_total_gpus} of {_of(policy)}",
         ))
 
     if limits.allowed_image_prefixes:
