@@ -64,6 +64,10 @@ def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache:
     if got != wanted:
         raise BuildError(f"DatasetCache {got!r} was provided but annotation {DATASET_CACHE_ANNOTATION} names {wanted!r}")
     # Imported here: the cache engineer owns the module, and only cache-wired jobs need it.
-    from webhook.runtime.dataset_cache import wire_dataset_cache
+    from webhook.runtime.dataset_cache import DatasetCacheWiringError, wire_dataset_cache
 
-    return wire_dataset_cache(built, trainjob, cache)
+    try:
+        return wire_dataset_cache(built, trainjob, cache)
+    except DatasetCacheWiringError as e:
+        # One error type for the reconciler to report: every "cannot build" is a BuildError.
+        raise BuildError(f"cannot wire DatasetCache {wanted!r}: {e}") from e
