@@ -1,0 +1,267 @@
+"""The admission server end to end in-process (aiohttp test client): codec, routing, patches, errors, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from webhook.admission.metrics import AdmissionMetrics
+from webhook.admission.server import AdmissionHandler, Readiness, ServerSettings, health_app
+from webhook.policy.verdict import ClusterSnapshot
+
+from reviews import TRAINJOB, fake_routes, review
+
+MUTATE = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob"
+VALIDATE = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
+POLICY = "/validate-trainguard-io-v1alpha1-trainjobpolicy"
+
+
+@pytest.fixture
+async def server():
+    metrics = AdmissionMetrics()
+    handler = AdmissionHandler(fake_routes(), ClusterSnapshot, metrics, ServerSettings(max_body_bytes=64 * 1024, read_timeout=0.5))
+    async with TestClient(TestServer(handler.app())) as client:
+        yield client, metrics, handler
+
+
+async def post(client: TestClient, path: str, body: Any, content_type: str = "application/json") -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    resp = await client.post(path, data=data, headers={"Content-Type": content_type})
+    text = await resp.text()
+    try:
+        return resp.status, json.loads(text)
+    except ValueError:
+        return resp.status, text
+
+
+def sample(metrics: AdmissionMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_mutation_returns_a_minimal_json_patch_and_echoes_the_uid(server) -> None:
+    client, metrics, _ = server
+    body = review(MUTATE, uid="uid-1")
+    status, out = await post(client, MUTATE, body)
+    assert status == 200
+    resp = out["response"]
+    assert resp["uid"] == "uid-1" and resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(resp["patch"]))
+    assert sorted(op["path"] for op in patch) == ["/metadata/labels/trainguard.io~1checked", "/spec/suspend"]
+    assert all(op["op"] == "add" for op in patch)
+    patched = jsonpatch.apply_patch(body["request"]["object"], patch)
+    assert patched["metadata"]["labels"]["trainguard.io/checked"] == "true"
+    assert resp["warnings"] == ["audit: numNodes above team budget"]
+    assert sample(metrics, "trainguard_admission_requests_total", webhook="defaulter.trainjob.trainer.kubeflow.org", verdict="patched") == 1
+    assert sample(metrics, "trainguard_admission_patch_bytes_count", webhook="defaulter.trainjob.trainer.kubeflow.org") == 1
+
+
+async def test_mutation_is_idempotent_on_reinvocation(server) -> None:
+    client, _, _ = server
+    body = review(MUTATE)
+    _, out = await post(client, MUTATE, body)
+    patched = jsonpatch.apply_patch(body["request"]["object"], json.loads(base64.b64decode(out["response"]["patch"])))
+    _, again = await post(client, MUTATE, review(MUTATE, patched))
+    assert again["response"]["allowed"] is True and "patch" not in again["response"]
+
+
+async def test_denial_has_code_403_and_the_policy_message(server) -> None:
+    client, metrics, _ = server
+    obj = json.loads(json.dumps(TRAINJOB))
+    obj["spec"]["trainer"]["numNodes"] = 9
+    status, out = await post(client, VALIDATE, review(VALIDATE, obj))
+    assert status == 200
+    assert out["response"]["allowed"] is False
+    assert out["response"]["status"] == {
+        "code": 403, "reason": "Forbidden", "message": "spec.trainer.numNodes: Invalid value: 9: must be no more than 4"
+    }
+    assert sample(metrics, "trainguard_admission_denials_total", webhook="validator.trainjob.trainer.kubeflow.org", reason="PolicyLimits") == 1
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+async def test_dry_run_gets_the_same_answer(server, dry_run: bool) -> None:
+    client, _, _ = server
+    _, out = await post(client, MUTATE, review(MUTATE, uid="same", dry_run=dry_run))
+    assert out["response"]["patch"]  # identical patch either way
+    assert out["response"]["uid"] == "same"
+
+
+async def test_policy_exception_becomes_an_admission_error(server) -> None:
+    client, metrics, _ = server
+    status, out = await post(client, POLICY, review(POLICY))
+    assert status == 200
+    assert out["response"]["allowed"] is False
+    assert out["response"]["status"]["code"] == 500
+    assert "internal error in validator.trainjobpolicy.trainguard.io: KeyError" in out["response"]["status"]["message"]
+    assert sample(metrics, "trainguard_admission_policy_errors_total", webhook="validator.trainjobpolicy.trainguard.io") == 1
+    # and the server still answers
+    status, _ = await post(client, VALIDATE, review(VALIDATE))
+    assert status == 200
+
+
+async def test_policy_exception_can_be_configured_to_admit() -> None:
+    handler = AdmissionHandler(fake_routes(), ClusterSnapshot, AdmissionMetrics(), ServerSettings(on_policy_error="allow"))
+    async with TestClient(TestServer(handler.app())) as client:
+        _, out = await post(client, POLICY, review(POLICY))
+    assert out["response"]["allowed"] is True and "skipped after an internal error" in out["response"]["warnings"][0]
+
+
+def _wrong_kind(body: dict) -> dict:
+    body["request"]["kind"]["kind"] = "Pod"
+    return body
+
+
+def _object_kind_mismatch(body: dict) -> dict:
+    body["request"]["object"]["kind"] = "TrainingRuntime"
+    return body
+
+
+def _no_object(body: dict) -> dict:
+    body["request"]["object"] = None
+    return body
+
+
+def _update_without_old(body: dict) -> dict:
+    body["request"]["operation"] = "UPDATE"
+    body["request"]["oldObject"] = None
+    return body
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (_wrong_kind, "serves trainer.kubeflow.org/v1alpha1, Kind=TrainJob; got trainer.kubeflow.org/v1alpha1, Kind=Pod"),
+        (_object_kind_mismatch, "the object is a 'TrainingRuntime'"),
+        (_no_object, "CREATE review carries no object"),
+        (_update_without_old, "UPDATE review carries no oldObject"),
+    ],
+    ids=["request-kind", "object-kind", "no-object", "update-without-old"],
+)
+async def test_answerable_but_wrong_reviews_get_an_admission_error(server, mutate, fragment: str) -> None:
+    client, _, _ = server
+    status, out = await post(client, VALIDATE, mutate(review(VALIDATE, uid="u")))
+    assert status == 200
+    assert out["response"]["uid"] == "u" and out["response"]["allowed"] is False
+    assert out["response"]["status"]["code"] == 400 and fragment in out["response"]["status"]["message"]
+
+
+async def test_delete_is_admitted_without_calling_the_policy(server) -> None:
+    client, _, _ = server
+    body = review(POLICY, operation="DELETE")  # the policy for this path raises; DELETE never reaches it
+    body["request"]["object"] = None
+    _, out = await post(client, POLICY, body)
+    assert out["response"]["allowed"] is True
+
+
+def _set(path: list[str], value: Any):
+    def f(body: dict) -> dict:
+        target = body
+        for p in path[:-1]:
+            target = target[p]
+        target[path[-1]] = value
+        return body
+    return f
+
+
+def _drop(key: str):
+    def f(body: dict) -> dict:
+        del body[key]
+        return body
+    return f
+
+
+@pytest.mark.parametrize(
+    ("payload", "content_type", "status", "fragment"),
+    [
+        (b"{not json", "application/json", 400, "body is not JSON"),
+        (b"\xff\xfe", "application/json", 400, "body is not JSON"),
+        (b"[1,2]", "application/json", 400, "JSON list"),
+        (_set(["apiVersion"], "admission.k8s.io/v1beta1"), "application/json", 400, "apiVersion"),
+        (_set(["kind"], "Review"), "application/json", 400, "kind"),
+        (_drop("request"), "application/json", 400, "request"),
+        (_set(["request", "uid"], ""), "application/json", 400, "uid"),
+        (_set(["request", "uid"], 7), "application/json", 400, "uid"),
+        (_set(["request", "operation"], "PATCH"), "application/json", 400, "operation"),
+        (_set(["request", "dryRun"], "true"), "application/json", 400, "dryRun"),
+        (b"{}", "text/plain", 415, "Content-Type must be application/json"),
+        (b"{}", "application/x-www-form-urlencoded", 415, "Content-Type"),
+        (b" " * (64 * 1024 + 1), "application/json", 413, "exceeds the 65536-byte limit"),
+    ],
+    ids=["garbage", "not-utf8", "list", "v1beta1", "kind", "no-request", "empty-uid", "int-uid", "operation",
+         "string-bool", "text-plain", "form", "too-large"],
+)
+async def test_bad_requests_get_4xx_and_a_reason(server, payload, content_type: str, status: int, fragment: str) -> None:
+    client, metrics, _ = server
+    body = payload if isinstance(payload, bytes) else payload(review(VALIDATE))
+    got, text = await post(client, VALIDATE, body, content_type)
+    assert got == status and fragment in text
+    total = sum(
+        s.value for fam in metrics.registry.collect() if fam.name == "trainguard_admission_bad_requests"
+        for s in fam.samples if s.name.endswith("_total")
+    )
+    assert total == 1
+
+
+async def test_unknown_fields_are_tolerated(server) -> None:
+    client, _, _ = server
+    body = review(VALIDATE)
+    body["futureField"] = {"x": 1}
+    body["request"]["somethingNew"] = True
+    status, out = await post(client, VALIDATE, body)
+    assert status == 200 and out["response"]["allowed"] is True
+
+
+async def test_chunked_body_over_the_limit_is_413(server) -> None:
+    client, _, _ = server
+
+    async def chunks():
+        for _ in range(20):
+            yield b" " * 8192
+
+    resp = await client.post(VALIDATE, data=chunks(), headers={"Content-Type": "application/json"})
+    assert resp.status == 413
+
+
+async def test_slow_body_times_out_with_408(server) -> None:
+    client, metrics, _ = server
+    release = asyncio.Event()
+
+    async def stalled():
+        yield b'{"apiVersion":'
+        await release.wait()  # never sends the rest within the 0.5 s read timeout
+        yield b"}"
+
+    try:
+        resp = await client.post(VALIDATE, data=stalled(), headers={"Content-Type": "application/json"})
+        assert resp.status == 408
+    finally:
+        release.set()
+
+
+async def test_unknown_path_and_method(server) -> None:
+    client, _, _ = server
+    assert (await client.post("/validate-nothing", data=b"{}", headers={"Content-Type": "application/json"})).status == 404
+    assert (await client.get(VALIDATE)).status == 405
+
+
+async def test_health_readiness_and_metrics() -> None:
+    metrics = AdmissionMetrics()
+    state = {"certs": False, "caches": {"jobsets": False}}
+    metrics.watch_caches(lambda: state["caches"])
+    app = health_app(Readiness(lambda: state["certs"], lambda: state["caches"]), metrics)
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/healthz")).status == 200
+        not_ready = await client.get("/readyz")
+        assert not_ready.status == 503 and (await not_ready.json())["caches"] == {"jobsets": False}
+        state["certs"] = True
+        assert (await client.get("/readyz")).status == 503  # caches still not synced
+        state["caches"] = {"jobsets": True}
+        assert (await client.get("/readyz")).status == 200
+        text = await (await client.get("/metrics")).text()
+    assert 'trainguard_cache_synced{cache="jobsets"} 1.0' in text
+    assert "trainguard_admission_duration_seconds" in text
