@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from webhook.runtime import merge
-from webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, LAUNCHER, NODE
+from webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
 
 
 class BuildError(ValueError):
@@ -240,7 +240,6 @@ def is_launcher_as_node(draft: Draft) -> bool:
 __all__ = [
     "BuildError",
     "Draft",
-    "LAUNCHER",
     "ancestor_of",
     "as_object",
     "completion_index_env",

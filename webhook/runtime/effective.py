@@ -19,7 +19,7 @@ ancestor); ``total_gpus`` sums GPUs per pod × pods over every pod set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from webhook.api.quantity import Quantity
@@ -35,10 +35,9 @@ from webhook.runtime import (
     volcano,
     xgboost,
 )
-from webhook.runtime.draft import Draft, ancestor_of, prepare, resources_targets
+from webhook.runtime.draft import BuildError, Draft, ancestor_of, is_launcher_as_node, prepare, resources_targets
 from webhook.runtime.merge import MergeError
-from webhook.runtime.draft import BuildError
-from webhook.runtime.names import ANCESTOR_TRAINER, LAUNCHER, NODE
+from webhook.runtime.names import LAUNCHER, NODE
 from webhook.runtime.resources import gpus_of, pod_requests
 
 _ML_ENFORCERS = {
@@ -155,7 +154,7 @@ def _summarise(draft: Draft) -> EffectiveJob:
     node_set = by_name.get(node_rj["name"]) if node_rj is not None else None
     if draft.ml_policy_kind == "mpi" and draft.job(NODE) is not None:
         # The launcher is one of the nodes only when it runs as a node.
-        num_nodes = by_name[NODE].pods + (1 if draft.job(LAUNCHER) is not None and mpi.is_launcher_as_node(draft) else 0)
+        num_nodes = by_name[NODE].pods + (1 if draft.job(LAUNCHER) is not None and is_launcher_as_node(draft) else 0)
     else:
         num_nodes = node_set.pods if node_set else 0
     return EffectiveJob(
@@ -174,4 +173,4 @@ def _summarise(draft: Draft) -> EffectiveJob:
     )
 
 
-__all__ = ["EffectiveJob", "PodSet", "compute", "effective_job", "pod_sets", "ANCESTOR_TRAINER"]
+__all__ = ["EffectiveJob", "PodSet", "compute", "effective_job", "pod_sets"]

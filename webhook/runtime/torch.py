@@ -19,6 +19,7 @@ from webhook.runtime.draft import (
     set_trainer_count,
     upsert_into_container,
 )
+from webhook.runtime.merge import upsert
 from webhook.runtime.names import NODE, TRAINER_PORT
 from webhook.runtime.resources import cpu_count, gpu_count
 
@@ -105,9 +106,7 @@ def enforce(draft: Draft) -> None:
                 raise BuildError(f'envInjection target podSet "{target.get("jobName")}" container "{name}" not found in runtime template')
 
 
-def _upsert_init_container_env(draft: Draft, rj, name: str, envs: list[dict]) -> bool:
-    from webhook.runtime.merge import upsert
-
+def _upsert_init_container_env(draft: Draft, rj: dict | None, name: str, envs: list[dict]) -> bool:
     for c in draft.containers(rj, init=True):
         if c.get("name") == name:
             c["env"] = upsert(c.get("env"), envs, "name")
