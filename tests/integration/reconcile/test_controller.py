@@ -388,3 +388,28 @@ def test_two_replicas_one_leader_and_failover(cluster, namespace, api, controlle
     # Graceful shutdown releases the Lease.
     assert standby.terminate() == 0
     assert not api.lease().spec.holder_identity
+
+
+# ---- DatasetCache ------------------------------------------------------------------------------------------------
+def test_dataset_cache_gets_its_agents_and_status(cluster, namespace, api, controllers, tmp_path) -> None:
+    from kubernetes import client
+
+    api.create("datasetcaches", {
+        "apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", "metadata": {"name": "imagenet"},
+        "spec": {"source": {"hostPath": {"path": "/mnt/datasets/imagenet"}, "shards": "train-*.tar"},
+                 "memoryBudget": "8Gi"}}, ("trainguard.io", "v1alpha1"))
+    start(controllers, cluster, namespace, tmp_path)
+    apps = client.AppsV1Api(api.core.api_client)
+    ds = wait_for("agent DaemonSet", lambda: apps.read_namespaced_daemon_set("trainguard-cache-imagenet", namespace))
+    assert ds.metadata.owner_references[0].kind == "DatasetCache"
+    assert api.core.read_namespaced_service_account("trainguard-cache-imagenet", namespace)
+    status = wait_for("status written", lambda: api.get("datasetcaches", "imagenet",
+                                                        ("trainguard.io", "v1alpha1")).get("status"))
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"  # no DaemonSet controller here, so no node is scheduled
+
+    # Stand in for the DaemonSet controller: one node desired; the status follows.
+    apps.patch_namespaced_daemon_set_status("trainguard-cache-imagenet", namespace, {"status": {
+        "desiredNumberScheduled": 1, "currentNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0}})
+    wait_for("nodesDesired", lambda: api.get("datasetcaches", "imagenet", ("trainguard.io", "v1alpha1"))
+             ["status"].get("nodesDesired") == 1)
