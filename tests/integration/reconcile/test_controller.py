@@ -413,3 +413,55 @@ def test_dataset_cache_gets_its_agents_and_status(cluster, namespace, api, contr
         "desiredNumberScheduled": 1, "currentNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0}})
     wait_for("nodesDesired", lambda: api.get("datasetcaches", "imagenet", ("trainguard.io", "v1alpha1"))
              ["status"].get("nodesDesired") == 1)
+
+
+# ---- render and the controller agree ---------------------------------------------------------------------------
+@pytest.mark.parametrize("rt, trainer", [
+    (TORCH, {"numNodes": 3, "image": "ghcr.io/acme/train:1.0", "command": ["torchrun", "train.py"],
+             "resourcesPerNode": {"limits": {"cpu": "3.7"}}}),
+    (MPI, {"numNodes": 2, "command": ["mpirun", "train"]}),
+    (PLAIN, {"numNodes": 3, "env": [{"name": "EPOCHS", "value": "5"}]}),
+], ids=["torch", "mpi", "plain-coscheduling"])
+def test_render_and_controller_produce_identical_jobsets(cluster, namespace, api, controllers, tmp_path, rt,
+                                                         trainer) -> None:
+    import json
+    import subprocess
+
+    import yaml
+
+    from reconcile_harness import TRAINGUARD
+
+    runtime_obj = copy.deepcopy(rt)
+    runtime_obj["metadata"]["namespace"] = namespace
+    trainjob = job("same", rt["metadata"]["name"], trainer=trainer)
+    trainjob["metadata"]["namespace"] = namespace
+    (tmp_path / "rt.yaml").write_text(yaml.safe_dump(runtime_obj))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(trainjob))
+    rendered = subprocess.run([TRAINGUARD, "render", "-f", str(tmp_path / "rt.yaml"), "-f", str(tmp_path / "job.yaml"),
+                               "--now", "2026-09-01T12:00:00Z"], capture_output=True, text=True, timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    admitted = next(d for d in docs if d["kind"] == "TrainJob")
+    render_jobset = next(d for d in docs if d["kind"] == "JobSet")
+
+    # The cluster gets exactly the TrainJob admission produced (no webhook is registered here).
+    api.create("trainingruntimes", runtime_obj)
+    body = {k: v for k, v in admitted.items() if k != "status"}
+    body["metadata"] = {k: v for k, v in admitted["metadata"].items() if k in ("name", "labels", "annotations")}
+    api.create("trainjobs", body)
+    start(controllers, cluster, namespace, tmp_path)
+    live = wait_for("JobSet", lambda: api.jobset("same"))
+
+    # Applying render's JobSet under the controller's field manager must change nothing: same fields, same values,
+    # nothing the controller set that render lacks (SSA would drop it).
+    uid = api.trainjob("same")["metadata"]["uid"]
+    for ref in render_jobset["metadata"].get("ownerReferences") or []:
+        ref["uid"] = uid
+    dry = cluster.kubectl("apply", "--server-side", "--field-manager=trainguard", "--force-conflicts",
+                          "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(render_jobset))
+    after = json.loads(dry.stdout)
+    for part in ("spec",):
+        assert after[part] == live[part]
+    for key in ("labels", "annotations", "ownerReferences"):
+        assert after["metadata"].get(key) == live["metadata"].get(key), key
+    assert after["metadata"]["generation"] == live["metadata"]["generation"], "render's JobSet would change it"
