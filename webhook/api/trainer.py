@@ -518,9 +518,17 @@ class TrainingRuntimeSpec(KubeModel):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    ml_policy: MLPolicy | None = spec_field("Framework and node count.")
-    pod_group_policy: PodGroupPolicy | None = spec_field("Gang scheduling.")
-    template: JobSetTemplateSpec | None = spec_field("The JobSet template.")
+    ml_policy: MLPolicy | None = spec_field(
+        "How the training framework is set up: the node count plus at most one of torch, mpi, jax, xgboost or "
+        "flux (none means plain ML: no framework env vars)."
+    )
+    pod_group_policy: PodGroupPolicy | None = spec_field(
+        "Gang scheduling: a PodGroup per TrainJob so all its pods are scheduled together (coscheduling or Volcano)."
+    )
+    template: JobSetTemplateSpec | None = spec_field(
+        "The JobSet each TrainJob of this runtime becomes before its own overrides: replicatedJobs named node, "
+        "launcher, dataset-initializer, model-initializer, marked with trainer.kubeflow.org/trainjob-ancestor-step."
+    )
 
 
 _RUNTIME_COLUMNS = [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
