@@ -320,8 +320,10 @@ class CacheAgent:
             entry.last_access = self._clock
             self.metrics.opens.inc()
             self.metrics.bytes_served.inc(entry.size)
-            (self.metrics.hits if entry.size and entry.resident >= entry.size else self.metrics.misses).inc()
-            self._wake.set()  # the warm set may have changed: let the residency manager act soon
+            resident = entry.resident >= entry.size
+            (self.metrics.hits if resident else self.metrics.misses).inc()
+            if not resident and self.config.memory_budget > 0:
+                self._wake.set()  # a cold shard became the most recent: let the residency manager warm it soon
             return {"ok": True, "shard": entry.describe()}, fd
         raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}; expected ping, list, stat or open")
 

@@ -287,7 +287,7 @@ class CacheClient:
         length: int | None = None
         cmsg_space = socket.CMSG_SPACE(4 * 4)
         while len(buf) < need:
-            data, ancillary, _, _ = self._sock.recvmsg(max(need - len(buf), 1), cmsg_space)
+            data, ancillary, _, _ = self._sock.recvmsg(max(need - len(buf), 65536), cmsg_space)  # one reply in flight: never over-reads
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     received = array.array("i")
