@@ -82,9 +82,6 @@ class CacheSpec:
 def cache_spec(cache: Any) -> CacheSpec:
     """Parse a DatasetCache (the ``webhook.api.trainguard.DatasetCache`` model, or its wire dict) into
     ``CacheSpec``; raise ``DatasetCacheSpecError`` naming the field that prevents a DaemonSet.
-
-    ``spec.priorityClassName`` is read when present although the API model does not type it yet (the model keeps
-    unknown fields), so the option works as soon as the CRD schema admits it.
     """
     try:
         model = cache if isinstance(cache, DatasetCache) else DatasetCache.parse(cache)
@@ -112,7 +109,6 @@ def cache_spec(cache: Any) -> CacheSpec:
         raise DatasetCacheSpecError(f"spec.memoryBudget: {exc}") from exc
     if budget <= 0:
         raise DatasetCacheSpecError("spec.memoryBudget must be greater than zero")
-    extra = model.spec.unknown_fields()
     return CacheSpec(
         name=name,
         namespace=namespace,
@@ -127,7 +123,7 @@ def cache_spec(cache: Any) -> CacheSpec:
         memory_budget_bytes=budget,
         node_selector=dict(model.spec.node_selector or {}),
         tolerations=tuple(t.dump() for t in model.spec.tolerations or ()),
-        priority_class_name=extra.get("priorityClassName") or None,
+        priority_class_name=model.spec.priority_class_name or None,
     )
 
 

@@ -360,6 +360,10 @@ class TrainJob(KubeModel):
             {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
             {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
             {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
+            # trainguard's reconciler keeps this label (Created/Running/Suspended/Complete/Failed) because upstream's
+            # State column shows the last condition, which stays "Suspended" after a resume, and a Running condition
+            # would make the kubeflow SDK report running jobs as Created.
+            {"name": "Phase", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/state"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     }

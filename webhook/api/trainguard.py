@@ -109,6 +109,10 @@ class GpuTopology(KubeModel):
         "Which scheduler receives the placement: Kueue topology-aware scheduling, KAI, or both. "
         "Defaults to Kueue.", crd_default="Kueue", enum=["Kueue", "KAI", "Both"],
     )
+    kai_topology: str | None = spec_field(
+        "Name of the KAI Topology object describing these levels, written as the kai.scheduler/topology "
+        "annotation. Required for KAI placement hints (target KAI or Both).", max_length=253,
+    )
 
 
 class PolicyLimits(KubeModel):
@@ -246,6 +250,10 @@ class DatasetCacheSpec(KubeModel):
         "Most memory the cache may hold per node (e.g. 64Gi); shards beyond it are not cached.",
         required=True, rules=[rule("quantity(string(self)).isGreaterThan(quantity('0'))",
                                    "memoryBudget must be greater than zero")],
+    )
+    priority_class_name: str | None = spec_field(
+        "PriorityClass of the cache agent pods, so they are not preempted before the training pods that read "
+        "from them.", max_length=253,
     )
 
 

@@ -3,10 +3,6 @@
 The wire object is parsed by the API model (the single source of truth for the CRD); this module flattens it into
 frozen values with the CRD defaults applied (mode Enforce, priority 0, placement Preferred, target Kueue, GPU
 resource ``nvidia.com/gpu``), so the rules read plain attributes and never re-implement defaulting.
-
-One field the engine reads that the API model does not declare yet: ``spec.topology.kaiTopology`` (the name of
-the KAI ``Topology`` object, which KAI's ``kai.scheduler/topology`` annotation must carry). It is read from the
-model's extra fields until the API declares it.
 """
 
 from __future__ import annotations
@@ -118,12 +114,11 @@ def parse_policy(obj: dict[str, Any]) -> Policy:
     topology = None
     if spec.topology is not None:
         t = spec.topology
-        extra = t.model_extra or {}
         topology = Topology(
             gpu_resource_name=t.gpu_resource_name or DEFAULT_GPU_RESOURCE,
             placement=t.placement or "Preferred",
             schedulers=_TARGETS[t.target or "Kueue"],
-            kai_topology=extra.get("kaiTopology"),
+            kai_topology=t.kai_topology,
             levels=tuple(TopologyLevel(node_label=lv.node_label, gpus_per_domain=lv.gpus_per_domain)
                          for lv in t.levels),
         )

@@ -51,7 +51,8 @@ def test_size_allows_server_side_apply(name):
 
 def test_trainjob_columns_status_and_root_rules():
     version = load("trainer.kubeflow.org_trainjobs.yaml")["spec"]["versions"][0]
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Runtime", "Nodes", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Runtime", "Nodes", "Phase", "Age"]
+    assert version["additionalPrinterColumns"][3]["jsonPath"] == ".metadata.labels.trainguard\\.io/state"
     assert version["additionalPrinterColumns"][0]["jsonPath"] == ".status.conditions[-1:].type"
     assert version["subresources"] == {"status": {}}
     messages = [r["message"] for r in version["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]]
