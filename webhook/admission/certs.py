@@ -214,22 +214,24 @@ def plan_rotation(
     try:
         leaf = leaf_pair.cert
         issuer = next((c for _, c in live if _signed_by(leaf, c)), None)
-        leaf_ok = (
-            _pair_matches(leaf_pair)
-            and issuer is not None
-            and _covers(leaf, dns_names, ip_addresses)
-            and not _in_renewal_window(leaf, now, lifetimes.renew_before)
-            and now >= leaf.not_valid_before_utc
-            and (issuer == newest_cert or not ca_settled)
+        # must: the pair cannot be served as it is; want: it should move on (renewal window, or a newer CA exists).
+        must = (
+            not _pair_matches(leaf_pair)
+            or issuer is None
+            or not _covers(leaf, dns_names, ip_addresses)
+            or not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc
         )
+        want = _in_renewal_window(leaf, now, lifetimes.renew_before) or issuer != newest_cert
     except ValueError:
-        leaf_ok = False
-    if leaf_ok and not changed:
+        must = want = True
+    # While a new CA sits next to an older one and is not yet trusted everywhere, a still-valid leaf is kept rather
+    # than moved to it (with a single CA there is nothing to wait for).
+    ca_pending = len(live) > 1 and not ca_settled
+    reissue = must or (want and not ca_pending)
+    if not reissue and not changed:
         return None
-    if not leaf_ok:
-        # A leaf that must change while the new CA is not yet trusted everywhere would break TLS; the old CA (still
-        # live, in the bundle) signs it then, and the next rotation moves it to the new CA.
-        signer = newest if ca_settled or len(live) == 1 else _previous_signer(current, live, newest)
+    if reissue:
+        signer = _previous_signer(current, live, newest) if ca_pending else newest
         leaf_pair = new_serving_cert(signer, dns_names=dns_names, ip_addresses=ip_addresses, now=now, lifetime=lifetimes.leaf)
     return CertMaterial(tuple(pem for pem, _ in live), ca_key, leaf_pair.cert_pem, leaf_pair.key_pem)
 

@@ -134,7 +134,7 @@ class AdmissionHandler:
         log.info(
             "admission %s", outcome.verdict,
             extra={
-                "uid": req.uid, "webhook": name, "kind": req.kind.kind, "namespace": req.namespace, "name": req.name,
+                "uid": req.uid, "webhook": name, "kind": req.kind.kind, "namespace": req.namespace, "object": req.name,
                 "operation": req.operation, "dry_run": req.dry_run, "verdict": outcome.verdict,
                 "reason": outcome.reason, "patch_ops": outcome.patch_ops, "patch_bytes": outcome.patch_bytes,
                 "warnings": outcome.warnings, "duration_ms": round(elapsed * 1000, 3),

@@ -140,3 +140,14 @@ def test_split_pem_bundle_round_trips() -> None:
     a, b = fresh().ca_bundle[0], fresh().ca_bundle[0]
     assert split_pem_bundle(a + b) == (a, b)
     assert split_pem_bundle(b"") == ()
+
+
+def test_with_a_single_young_ca_the_leaf_still_renews_on_time() -> None:
+    """A fresh install's CA is younger than ca_propagation; that must not hold back the leaf's own renewal."""
+    short = Lifetimes(ca=timedelta(days=100), leaf=timedelta(seconds=20), renew_before=timedelta(seconds=14), ca_propagation=timedelta(hours=1))
+    m = plan_rotation(None, now=T0, dns_names=NAMES, lifetimes=short)
+    assert m is not None
+    assert plan_rotation(m, now=T0 + timedelta(seconds=5), dns_names=NAMES, lifetimes=short) is None
+    renewed = plan_rotation(m, now=T0 + timedelta(seconds=6), dns_names=NAMES, lifetimes=short)
+    assert renewed is not None and renewed.ca_bundle == m.ca_bundle
+    assert leaf_of(renewed).not_valid_after_utc == T0 + timedelta(seconds=26)

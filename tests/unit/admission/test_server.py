@@ -265,3 +265,14 @@ async def test_health_readiness_and_metrics() -> None:
         text = await (await client.get("/metrics")).text()
     assert 'trainguard_cache_synced{cache="jobsets"} 1.0' in text
     assert "trainguard_admission_duration_seconds" in text
+
+
+async def test_each_review_logs_one_structured_line(server, json_logs) -> None:
+    client, _, _ = server
+    await post(client, MUTATE, review(MUTATE, uid="log-uid"))
+    lines = [l for l in json_logs.lines if l.get("uid") == "log-uid"]
+    assert len(lines) == 1
+    line = lines[0]
+    assert line["webhook"] == "defaulter.trainjob.trainer.kubeflow.org" and line["verdict"] == "patched"
+    assert line["kind"] == "TrainJob" and line["namespace"] == "team-a" and line["object"] == "job"
+    assert line["operation"] == "CREATE" and line["patch_ops"] == 2 and "duration_ms" in line
