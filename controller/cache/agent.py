@@ -19,6 +19,7 @@ import os
 import socket
 import stat
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -37,6 +38,7 @@ from controller.cache.protocol import (
     decode_body,
     encode,
     error_reply,
+    open_batch_names,
 )
 
 log = logging.getLogger("trainguard.cache.agent")
@@ -121,7 +123,7 @@ class CacheAgent:
         self._clock = 0
         self._server: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[_Connection] = set()
         self._runner: web.AppRunner | None = None
         self._wake = asyncio.Event()
         self._maintain_lock = asyncio.Lock()
@@ -143,9 +145,11 @@ class CacheAgent:
         self._spawn(self._rescan_loop())
 
     async def stop(self) -> None:
-        for task in list(self._tasks) + list(self._connections):
+        for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for connection in list(self._connections):
+            connection.close()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(FileNotFoundError):
@@ -235,97 +239,129 @@ class CacheAgent:
                     conn.send(encode(error_reply(ErrorCode.BUSY, "too many connections; retry later")))
                 conn.close()
                 continue
-            task = asyncio.ensure_future(self._serve_connection(conn))
-            self._connections.add(task)
+            connection = _Connection(self, conn, loop)
+            self._connections.add(connection)
             self.metrics.connections.set(len(self._connections))
-            task.add_done_callback(self._connection_done)
+            connection.start()
 
-    def _connection_done(self, task: asyncio.Task) -> None:
-        self._connections.discard(task)
+    def _connection_done(self, connection: "_Connection") -> None:
+        self._connections.discard(connection)
         self.metrics.connections.set(len(self._connections))
 
-    async def _serve_connection(self, conn: socket.socket) -> None:
-        peer = _peer_credentials(conn)
-        try:
-            while True:
-                first = await self._recv(conn, 1)
-                if not first:
-                    return  # clean close between requests
-                try:
-                    rest = await asyncio.wait_for(self._recv_exactly(conn, HEADER.size - 1), self.config.frame_timeout)
-                    (length,) = HEADER.unpack(first + rest)
-                    if length > MAX_REQUEST_BYTES:
-                        self._count_error(ErrorCode.FRAME_TOO_LARGE, peer, f"{length} bytes")
-                        await self._send(
-                            conn,
-                            error_reply(
-                                ErrorCode.FRAME_TOO_LARGE,
-                                f"request frame of {length} bytes exceeds {MAX_REQUEST_BYTES}; closing",
-                            ),
-                        )
-                        return
-                    body = await asyncio.wait_for(self._recv_exactly(conn, length), self.config.frame_timeout)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
-                    log.info("client left mid-request", extra={"fields": {**peer, "reason": type(exc).__name__}})
-                    return
-                reply, fd = await self._answer(body, peer)
-                try:
-                    await self._send(conn, reply, fd)
-                finally:
-                    if fd is not None:
-                        os.close(fd)
-        except (ConnectionError, BrokenPipeError) as exc:
-            log.info("client connection lost", extra={"fields": {**peer, "error": str(exc)}})
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("connection failed", extra={"fields": peer})
-        finally:
-            conn.close()
+    def _answer_now(self, body: bytes, peer: dict) -> tuple[bytes, list[int]] | None:
+        """Answer a request without leaving the event-loop callback, or None when it needs the slow path.
 
-    async def _answer(self, body: bytes, peer: dict) -> tuple[dict, int | None]:
+        The fast path covers every request that needs no blocking work: ping, list, and stat/open/open_many of
+        shards that ``ShardIndex.open_fast`` can serve (indexed, checksummed, unchanged since). Anything else,
+        errors about names included, goes to ``_answer``, which re-resolves, re-indexes and hashes as needed.
+        """
         try:
             request = decode_body(body)
-            return await self._dispatch(request)
+            op = request.get("op")
+            if op == "open" or op == "stat":
+                opened = self.index.open_fast(request.get("shard"))
+                if opened is None:
+                    return None
+                fd, entry = opened
+                if op == "stat":
+                    os.close(fd)
+                    return encode({"ok": True, "shard": entry.describe()}), []
+                self._served(entry)
+                return encode({"ok": True, "shard": entry.describe()}), [fd]
+            if op == "open_many":
+                names = open_batch_names(request)
+                fds: list[int] = []
+                entries: list[ShardEntry] = []
+                for name in names:
+                    opened = self.index.open_fast(name)
+                    if opened is None:
+                        for fd in fds:
+                            os.close(fd)
+                        return None
+                    fds.append(opened[0])
+                    entries.append(opened[1])
+                for entry in entries:
+                    self._served(entry)
+                return encode({"ok": True, "shards": [e.describe() for e in entries]}), fds
+            if op in ("ping", "list"):
+                return encode(self._answer_simple(request)), []
+            return None  # unknown op: refused by _answer with the same message as always
         except ProtocolError as exc:
             self._count_error(exc.code, peer, exc.message)
-            return error_reply(exc.code, exc.message), None
+            return encode(error_reply(exc.code, exc.message)), []
+
+    async def _answer(self, body: bytes, peer: dict) -> tuple[dict, list[int]]:
+        try:
+            request = decode_body(body)
+            return await self._dispatch(request, peer)
+        except ProtocolError as exc:
+            self._count_error(exc.code, peer, exc.message)
+            return error_reply(exc.code, exc.message), []
         except Exception as exc:
             log.exception("request failed", extra={"fields": peer})
             self.metrics.errors.labels(ErrorCode.INTERNAL.value).inc()
-            return error_reply(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"), None
+            return error_reply(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"), []
 
-    async def _dispatch(self, request: dict) -> tuple[dict, int | None]:
+    def _answer_simple(self, request: dict) -> dict:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "dataset": self.config.dataset, "ready": self.ready}, None
-        if op == "list":
-            offset, limit = request.get("offset", 0), request.get("limit", LIST_PAGE_LIMIT)
-            if not _is_int(offset) or not _is_int(limit) or offset < 0 or not 0 < limit <= LIST_PAGE_LIMIT:
-                raise ProtocolError(
-                    ErrorCode.MALFORMED, f"'offset' must be >= 0 and 'limit' within 1..{LIST_PAGE_LIMIT}"
-                )
-            names = sorted(self.index.entries)
-            page = [
-                {"name": n, "size": self.index.entries[n].size} for n in names[offset : offset + limit]
-            ]
-            following = offset + limit if offset + limit < len(names) else None
-            return {"ok": True, "shards": page, "total": len(names), "next": following}, None
+            return {"ok": True, "dataset": self.config.dataset, "ready": self.ready}
+        offset, limit = request.get("offset", 0), request.get("limit", LIST_PAGE_LIMIT)
+        if not _is_int(offset) or not _is_int(limit) or offset < 0 or not 0 < limit <= LIST_PAGE_LIMIT:
+            raise ProtocolError(ErrorCode.MALFORMED, f"'offset' must be >= 0 and 'limit' within 1..{LIST_PAGE_LIMIT}")
+        names = sorted(self.index.entries)
+        page = [{"name": n, "size": self.index.entries[n].size} for n in names[offset : offset + limit]]
+        following = offset + limit if offset + limit < len(names) else None
+        return {"ok": True, "shards": page, "total": len(names), "next": following}
+
+    async def _dispatch(self, request: dict, peer: dict) -> tuple[dict, list[int]]:
+        op = request.get("op")
+        if op in ("ping", "list"):
+            return self._answer_simple(request), []
         if op in ("stat", "open"):
             fd, entry = await self._open_fresh(request.get("shard"))
             if op == "stat":
                 os.close(fd)
-                return {"ok": True, "shard": entry.describe()}, None
-            self._clock += 1
-            entry.last_access = self._clock
-            self.metrics.opens.inc()
-            self.metrics.bytes_served.inc(entry.size)
-            resident = entry.resident >= entry.size
-            (self.metrics.hits if resident else self.metrics.misses).inc()
-            if not resident and self.config.memory_budget > 0:
-                self._wake.set()  # a cold shard became the most recent: let the residency manager warm it soon
-            return {"ok": True, "shard": entry.describe()}, fd
-        raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}; expected ping, list, stat or open")
+                return {"ok": True, "shard": entry.describe()}, []
+            self._served(entry)
+            return {"ok": True, "shard": entry.describe()}, [fd]
+        if op == "open_many":
+            names = open_batch_names(request)
+            items: list[dict] = []
+            fds: list[int] = []
+            try:
+                for name in names:
+                    try:
+                        fd, entry = await self._open_fresh(name)
+                    except ProtocolError as exc:
+                        self._count_error(exc.code, peer, exc.message)
+                        items.append({"name": name, "error": error_reply(exc.code, exc.message)["error"]})
+                        continue
+                    fds.append(fd)
+                    self._served(entry)
+                    items.append(entry.describe())
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            return {"ok": True, "shards": items}, fds
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_OP, f"unknown op {op!r}; expected ping, list, stat, open or open_many"
+        )
+
+    def _served(self, entry: ShardEntry) -> None:
+        """Bookkeeping for one descriptor handed out: LRU clock and metrics; wakes the residency manager when
+        a cold shard became the most recent, so it is warmed soon."""
+        self._clock += 1
+        entry.last_access = self._clock
+        self.metrics.opens.inc()
+        self.metrics.bytes_served.inc(entry.size)
+        if entry.resident >= entry.size:
+            self.metrics.hits.inc()
+        else:
+            self.metrics.misses.inc()
+            if self.config.memory_budget > 0:
+                self._wake.set()
 
     async def _open_fresh(self, name: Any) -> tuple[int, ShardEntry]:
         """Open a shard and make sure its description matches the file behind the returned fd."""
@@ -342,38 +378,6 @@ class CacheAgent:
             os.close(fd)
             raise
         return fd, entry
-
-    async def _recv(self, conn: socket.socket, n: int) -> bytes:
-        return await asyncio.get_running_loop().sock_recv(conn, n)
-
-    async def _recv_exactly(self, conn: socket.socket, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = await self._recv(conn, n - len(buf))
-            if not chunk:
-                raise asyncio.IncompleteReadError(bytes(buf), n)
-            buf += chunk
-        return bytes(buf)
-
-    async def _send(self, conn: socket.socket, reply: dict, fd: int | None = None) -> None:
-        data = encode(reply)
-        loop = asyncio.get_running_loop()
-        if fd is None:
-            await loop.sock_sendall(conn, data)
-            return
-        while True:
-            try:
-                sent = socket.send_fds(conn, [data], [fd])
-                break
-            except BlockingIOError:
-                writable = loop.create_future()
-                loop.add_writer(conn.fileno(), lambda: writable.done() or writable.set_result(None))
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(conn.fileno())
-        if sent < len(data):
-            await loop.sock_sendall(conn, data[sent:])
 
     def _count_error(self, code: ErrorCode, peer: dict, message: str) -> None:
         self.metrics.errors.labels(code.value).inc()
@@ -452,6 +456,219 @@ class CacheAgent:
         self.metrics.shards.set(len(entries))
         self.metrics.bytes_indexed.set(sum(e.size for e in entries))
         self.metrics.bytes_resident.set(sum(e.resident for e in entries))
+
+
+
+class _Connection:
+    """One client connection, served from event-loop callbacks rather than a task per connection.
+
+    Readable -> ``recv`` what is there -> answer every complete frame -> ``sendmsg`` the reply (with its fds) at
+    once. Requests that ``CacheAgent._answer_now`` can answer never leave the callback, which keeps the
+    per-open cost at one loop wake-up. Requests that need blocking work (hashing a new or changed shard) run as
+    a task; reading pauses meanwhile, so replies stay in request order. When the client does not read its
+    replies, unsent ones queue up and reading pauses until they drain (the bound on what one client can make
+    the agent hold). A frame, once begun, must complete within ``frame_timeout``.
+    """
+
+    def __init__(self, agent: CacheAgent, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+        self.agent = agent
+        self.sock = sock
+        self.loop = loop
+        self.fileno = sock.fileno()
+        self.peer = _peer_credentials(sock)
+        self.inbox = bytearray()
+        self.outbox: deque[tuple[bytes, list[int]]] = deque()  # unsent reply bytes, fds not yet sent
+        self.reading = False
+        self.writing = False
+        self.closing = False  # close once the outbox is flushed
+        self.closed = False
+        self.slow: asyncio.Task | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._resume_reading()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._pause_reading()
+        if self.writing:
+            self.loop.remove_writer(self.fileno)
+            self.writing = False
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.slow is not None and self.slow is not asyncio.current_task():
+            self.slow.cancel()
+        for _, fds in self.outbox:
+            _close_all(fds)
+        self.outbox.clear()
+        self.sock.close()
+        self.agent._connection_done(self)
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def _resume_reading(self) -> None:
+        if not self.reading and not self.closed:
+            self.loop.add_reader(self.fileno, self._readable)
+            self.reading = True
+
+    def _pause_reading(self) -> None:
+        if self.reading:
+            self.loop.remove_reader(self.fileno)
+            self.reading = False
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+            self.close()
+            return
+        if not data:
+            if self.inbox:
+                log.info("client left mid-request", extra={"fields": {**self.peer, "reason": "IncompleteRead"}})
+            self.close()  # otherwise a clean close between requests
+            return
+        self.inbox += data
+        self._process()
+
+    def _process(self) -> None:
+        """Answer the complete frames in the inbox, as long as nothing is pending."""
+        try:
+            while not self.closed and self.slow is None and not self.outbox and not self.closing:
+                if len(self.inbox) < HEADER.size:
+                    break
+                (length,) = HEADER.unpack_from(self.inbox)
+                if length > MAX_REQUEST_BYTES:
+                    self.agent._count_error(ErrorCode.FRAME_TOO_LARGE, self.peer, f"{length} bytes")
+                    self.inbox.clear()
+                    self.closing = True  # the stream cannot be resynchronised
+                    self._send(
+                        encode(
+                            error_reply(
+                                ErrorCode.FRAME_TOO_LARGE,
+                                f"request frame of {length} bytes exceeds {MAX_REQUEST_BYTES}; closing",
+                            )
+                        ),
+                        [],
+                    )
+                    break
+                end = HEADER.size + length
+                if len(self.inbox) < end:
+                    break
+                body = bytes(self.inbox[HEADER.size : end])
+                del self.inbox[:end]
+                answer = self.agent._answer_now(body, self.peer)
+                if answer is None:
+                    self._pause_reading()
+                    self.slow = self.loop.create_task(self._answer_slowly(body))
+                    break
+                self._send(*answer)
+        except Exception:
+            log.exception("connection failed", extra={"fields": self.peer})
+            self.close()
+            return
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """Time out only while waiting for the client to finish a frame it began."""
+        waiting = (
+            bool(self.inbox) and not self.closed and self.slow is None and not self.outbox and not self.closing
+        )
+        if waiting and self.timer is None:
+            self.timer = self.loop.call_later(self.agent.config.frame_timeout, self._timed_out)
+        elif not waiting and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        log.info("client left mid-request", extra={"fields": {**self.peer, "reason": "TimeoutError"}})
+        self.close()
+
+    async def _answer_slowly(self, body: bytes) -> None:
+        try:
+            reply, fds = await self.agent._answer(body, self.peer)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # _answer answers its own failures; this is a bug, not a request
+            log.exception("connection failed", extra={"fields": self.peer})
+            self.close()
+            return
+        if self.closed:
+            _close_all(fds)
+            return
+        self.slow = None
+        self._send(encode(reply), fds)
+        if not self.outbox and not self.closed:
+            self._resume_reading()
+            self._process()
+
+    # -- writing -----------------------------------------------------------------------------------------
+    def _send(self, data: bytes, fds: list[int]) -> None:
+        """Send a reply now if the socket takes it, else queue it; the agent's copies of ``fds`` are closed once
+        they are sent (they travel with the first byte) or the connection ends."""
+        if self.closed:
+            _close_all(fds)
+            return
+        if not self.outbox:
+            try:
+                sent = socket.send_fds(self.sock, [data], fds) if fds else self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                _close_all(fds)
+                log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+                self.close()
+                return
+            if sent:
+                _close_all(fds)
+                fds = []
+            if sent == len(data):
+                if self.closing:
+                    self.close()
+                return
+            data = data[sent:]
+        self.outbox.append((data, fds))
+        self._pause_reading()
+        if not self.writing:
+            self.loop.add_writer(self.fileno, self._writable)
+            self.writing = True
+
+    def _writable(self) -> None:
+        while self.outbox:
+            data, fds = self.outbox[0]
+            try:
+                sent = socket.send_fds(self.sock, [data], fds) if fds else self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+                self.close()
+                return
+            if sent:
+                _close_all(fds)
+                fds = []
+            if sent < len(data):
+                self.outbox[0] = (data[sent:], fds)
+                return
+            self.outbox.popleft()
+        self.loop.remove_writer(self.fileno)
+        self.writing = False
+        if self.closing:
+            self.close()
+            return
+        if self.slow is None:
+            self._resume_reading()
+            self._process()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _peer_credentials(conn: socket.socket) -> dict:

@@ -5,6 +5,9 @@
         data = shard.view            # read-only memoryview over the shared page-cache pages
         arr = shard.numpy()          # when numpy is installed (no copy)
 
+    for shard in open_shards(names):   # a DataLoader's walk: up to 32 shards per round trip to the agent
+        with shard: ...
+
 The agent answers ``open`` with the shard's file descriptor; mapping it here shares the very pages the agent keeps
 resident, so no byte is copied on the host. Configuration comes from the environment the JobSet wiring sets:
 ``TRAINGUARD_CACHE_SOCKET`` (agent socket) and ``TRAINGUARD_DATASET``; ``TRAINGUARD_DATASET_ROOT`` names a local
@@ -17,8 +20,10 @@ from the cached pages; without a GPU it raises ``PinningUnavailable`` saying why
 from __future__ import annotations
 
 import array
+import collections
 import ctypes
 import ctypes.util
+import itertools
 import logging
 import mmap
 import os
@@ -26,7 +31,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from controller.cache import protocol
 from controller.cache.pages import buffer_address
@@ -35,6 +40,8 @@ ENV_SOCKET = "TRAINGUARD_CACHE_SOCKET"
 ENV_DATASET = "TRAINGUARD_DATASET"
 ENV_DATASET_ROOT = "TRAINGUARD_DATASET_ROOT"
 ENV_CUDART = "TRAINGUARD_CUDART"
+DEFAULT_OPEN_BATCH = 32  # shards opened per round trip by open_shards
+_SCM_MAX_FD = 253  # the most descriptors Linux passes in one message
 
 log = logging.getLogger("trainguard.cache.client")
 
@@ -164,19 +171,93 @@ class CacheClient:
             reply, fds = self._request({"op": "open", "shard": name})
             if not fds:
                 raise CacheError("Internal", "agent replied to open without a file descriptor")
-            fd = fds[0]
             for extra in fds[1:]:
                 os.close(extra)
-            try:
-                info = _info(reply["shard"])
-                size = os.fstat(fd).st_size
-                if size != info.size:
-                    continue  # changed between the agent's check and ours: ask again for a fresh description
-                mapping = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-            finally:
-                os.close(fd)  # the mapping keeps the file open
-            return Shard(info, mapping, "agent")
+            shard = self._map(_info(reply["shard"]), fds[0])
+            if shard is not None:
+                return shard
+            # changed between the agent's check and ours: ask again for a fresh description
         raise CacheError("Changed", f"shard {name!r} kept changing while being opened")
+
+    def open_shards(self, names: Iterable[str], *, batch: int = DEFAULT_OPEN_BATCH) -> Iterator[Shard]:
+        """Map each of ``names`` in order, lazily: what a DataLoader walking a shard list wants.
+
+        Opens up to ``batch`` shards per round trip to the agent (one ``open_many`` request, all descriptors in
+        one reply) and maps each one only when it is yielded, checking then that the file still has the size and
+        mtime the agent described (else it is opened again on its own). A shard the agent refuses raises
+        ``CacheError`` at its turn, after the shards before it were yielded. Descriptors not yet yielded are
+        closed when the iterator is closed or dropped.
+        """
+        if not 0 < batch <= protocol.MAX_OPEN_BATCH:
+            raise ValueError(f"batch must be within 1..{protocol.MAX_OPEN_BATCH}")
+        it = iter(names)
+        while True:
+            chunk = list(itertools.islice(it, batch))
+            if not chunk:
+                return
+            if self.mode == "direct":
+                for name in chunk:
+                    yield self._open_direct(name)
+                continue
+            pending = collections.deque(self._open_batch(chunk))
+            try:
+                while pending:
+                    name, outcome, fd = pending.popleft()
+                    if isinstance(outcome, CacheError):
+                        raise outcome
+                    assert fd is not None
+                    shard = self._map(outcome, fd)
+                    yield shard if shard is not None else self.open(name)
+            finally:
+                for _, _, fd in pending:
+                    if fd is not None:
+                        os.close(fd)
+
+    def open_many(self, names: Iterable[str], *, batch: int = DEFAULT_OPEN_BATCH) -> list[Shard]:
+        """``open_shards`` as a list; on an error the shards already mapped are closed before it is raised."""
+        shards: list[Shard] = []
+        try:
+            for shard in self.open_shards(names, batch=batch):
+                shards.append(shard)
+        except BaseException:
+            for shard in shards:
+                shard.close()
+            raise
+        return shards
+
+    def _open_batch(self, names: list[str]) -> list[tuple[str, "ShardInfo | CacheError", int | None]]:
+        """One ``open_many`` round trip: (name, info or the refusal, fd or None) per name, in order."""
+        reply, fds = self._request({"op": "open_many", "shards": names})
+        items = reply.get("shards")
+        if not isinstance(items, list) or len(items) != len(names):
+            _close_all(fds)
+            raise CacheError("Internal", f"agent answered open_many for {len(names)} shards with a malformed list")
+        served = sum(1 for item in items if "error" not in item)
+        if served != len(fds):
+            _close_all(fds)
+            raise CacheError("Internal", f"agent sent {len(fds)} descriptors for {served} opened shards")
+        out: list[tuple[str, ShardInfo | CacheError, int | None]] = []
+        remaining = iter(fds)
+        for name, item in zip(names, items):
+            if "error" in item:
+                error = item["error"] or {}
+                out.append((name, CacheError(str(error.get("code", "Internal")), str(error.get("message", ""))), None))
+            else:
+                out.append((name, _info(item), next(remaining)))
+        return out
+
+    @staticmethod
+    def _map(info: ShardInfo, fd: int) -> "Shard | None":
+        """Map ``fd`` (always closed here; the mapping keeps the file open); None when the file no longer has the
+        size and mtime the agent described, i.e. it changed after the agent checked it."""
+        try:
+            st = os.fstat(fd)
+            if st.st_size != info.size or (info.mtime_ns is not None and st.st_mtime_ns != info.mtime_ns):
+                return None
+            mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) if st.st_size else None
+        finally:
+            os.close(fd)
+        return Shard(info, mapping, "agent")
 
     def stat(self, name: str) -> ShardInfo:
         if self.mode == "direct":
@@ -285,9 +366,11 @@ class CacheClient:
         buf = bytearray()
         need = protocol.HEADER.size
         length: int | None = None
-        cmsg_space = socket.CMSG_SPACE(4 * 4)
+        cmsg_space = socket.CMSG_SPACE(4 * _SCM_MAX_FD)
+        truncated = False
         while len(buf) < need:
-            data, ancillary, _, _ = self._sock.recvmsg(max(need - len(buf), 65536), cmsg_space)  # one reply in flight: never over-reads
+            data, ancillary, flags, _ = self._sock.recvmsg(max(need - len(buf), 65536), cmsg_space)  # one reply in flight: never over-reads
+            truncated = truncated or bool(flags & socket.MSG_CTRUNC)
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     received = array.array("i")
@@ -303,7 +386,15 @@ class CacheClient:
                 if length > protocol.MAX_REPLY_BYTES:
                     raise ConnectionError(f"reply of {length} bytes exceeds {protocol.MAX_REPLY_BYTES}")
                 need = protocol.HEADER.size + length
+        if truncated:
+            _close_all(fds)
+            raise CacheError("Internal", "descriptors in the agent's reply were cut short (MSG_CTRUNC)")
         return protocol.decode_body(bytes(buf[protocol.HEADER.size :])), fds
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _info(raw: dict) -> ShardInfo:
@@ -332,6 +423,13 @@ def default_client() -> CacheClient:
 def open_shard(name: str, *, client: CacheClient | None = None) -> Shard:
     """Map shard ``name`` read-only: through the node's cache agent, or directly when none is configured."""
     return (client or default_client()).open(name)
+
+
+def open_shards(
+    names: Iterable[str], *, client: CacheClient | None = None, batch: int = DEFAULT_OPEN_BATCH
+) -> Iterator[Shard]:
+    """Map each of ``names`` in order, opening up to ``batch`` per round trip (``CacheClient.open_shards``)."""
+    return (client or default_client()).open_shards(names, batch=batch)
 
 
 # -- CUDA host registration -------------------------------------------------------------------------------

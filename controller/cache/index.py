@@ -7,6 +7,12 @@ Safety rules, all enforced here:
   regular file, so a symlink swapped in after the check cannot redirect the open;
 * a file whose identity (device, inode, size, mtime, ctime) differs from the indexed one is re-indexed and its
   checksum recomputed before it is served: a changed or truncated shard is never described with stale figures.
+
+``open_fast`` is the per-request path once a shard is indexed and checksummed: one ``open(O_NOFOLLOW)`` of the
+path verified at index time plus one ``fstat``, no name parsing and no ``realpath`` walk. It serves only when the
+descriptor's (device, inode, size, mtime, ctime) equal the verified file's and the verified name contained no
+symlink; anything else (a symlinked name, a swapped directory or file, a write, truncation, rename, link, chmod:
+each moves ctime or the inode) returns None and the caller takes ``open``, the full path above.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ class ShardIndex:
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"dataset root {root!r} is not a directory")
         self.pattern = pattern
+        self._prefix = self.root.rstrip("/") + "/"
         self._match = glob_regex(pattern)
         self.entries: dict[str, ShardEntry] = {}
 
@@ -152,6 +159,31 @@ class ShardIndex:
             raise ProtocolError(ErrorCode.NOT_FOUND, f"{valid!r} does not match the shard glob {self.pattern!r}")
         entry = self.entries[valid] = _entry(valid, real, st)
         return entry
+
+    def open_fast(self, name: object) -> tuple[int, ShardEntry] | None:
+        """A read-only fd of an indexed, checksummed shard that is still exactly the file verified at index time;
+        None when that cannot be shown cheaply (then call ``open``). The caller owns the fd."""
+        if type(name) is not str:
+            return None
+        entry = self.entries.get(name)  # keys are canonical names that passed validate_shard_name
+        if entry is None or entry.checksum is None or entry.path != self._prefix + name:
+            return None  # unknown, not yet hashed, or reached through a symlink: re-resolve every time
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        if (
+            stat.S_ISREG(st.st_mode)
+            and st.st_ino == entry.ino
+            and st.st_dev == entry.dev
+            and st.st_size == entry.size
+            and st.st_mtime_ns == entry.mtime_ns
+            and st.st_ctime_ns == entry.ctime_ns
+        ):
+            return fd, entry
+        os.close(fd)
+        return None
 
     def open(self, name: object) -> tuple[int, ShardEntry, bool]:
         """Open a shard for serving: (read-only fd, entry, changed-since-indexed).

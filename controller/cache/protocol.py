@@ -10,10 +10,18 @@ Requests (client -> agent), at most ``MAX_REQUEST_BYTES``::
     {"op": "list", "offset": 0, "limit": 1000}        -> {"ok": true, "shards": [{"name", "size"}], "total", "next"}
     {"op": "stat", "shard": "<name>"}                 -> {"ok": true, "shard": {...}}
     {"op": "open", "shard": "<name>"}                 -> {"ok": true, "shard": {...}}  + one fd (SCM_RIGHTS)
+    {"op": "open_many", "shards": ["<name>", ...]}    -> {"ok": true, "shards": [{...} | {"name", "error"}]}
+                                                         + one fd per item without "error", in item order
 
 ``shard`` objects are ``{"name", "size", "mtimeNs", "checksum": "sha256:<hex>", "residentBytes"}``. The fd of an
 ``open`` reply is attached to the reply frame's first byte: a read-only descriptor of the shard file, which the
 client maps itself, so both processes share the same page-cache pages.
+
+``open_many`` opens 1..``MAX_OPEN_BATCH`` shards in one round trip (a DataLoader walking a shard list): all their
+fds travel in the reply frame's single SCM_RIGHTS message (Linux accepts at most 253 per message). Each item is
+judged on its own: a refused name (``InvalidName``, ``NotFound``, ``OutsideRoot``, or ``Malformed`` for a
+non-string) becomes ``{"name": <as sent>, "error": {"code", "message"}}`` in its place and carries no fd, while the
+others are served. A request whose ``shards`` is not a list of 1..``MAX_OPEN_BATCH`` items is ``Malformed``.
 
 Errors: ``{"ok": false, "error": {"code": <ErrorCode>, "message": "..."}}``. After ``FrameTooLarge`` or a frame cut
 short the agent closes the connection (the stream cannot be resynchronised); after other errors it stays open.
@@ -31,6 +39,7 @@ HEADER = struct.Struct(">I")
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 LIST_PAGE_LIMIT = 1000
+MAX_OPEN_BATCH = 128  # fds in one reply; the kernel's SCM_MAX_FD is 253
 MAX_NAME_BYTES = 4096
 
 
@@ -61,6 +70,16 @@ def encode(message: dict[str, Any]) -> bytes:
 
 def error_reply(code: ErrorCode, message: str) -> dict[str, Any]:
     return {"ok": False, "error": {"code": code.value, "message": message}}
+
+
+def open_batch_names(request: dict[str, Any]) -> list[Any]:
+    """The ``shards`` of an ``open_many`` request (items are validated one by one when served)."""
+    names = request.get("shards")
+    if not isinstance(names, list) or not 0 < len(names) <= MAX_OPEN_BATCH:
+        raise ProtocolError(
+            ErrorCode.MALFORMED, f"field 'shards' must be a list of 1..{MAX_OPEN_BATCH} shard names"
+        )
+    return names
 
 
 def decode_body(body: bytes) -> dict[str, Any]:
