@@ -29,7 +29,15 @@ from webhook.admission.logs import configure_logging
 from webhook.admission.metrics import AdmissionMetrics
 from webhook.admission.rotator import RotatorSettings, SecretRotator
 from webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
-from webhook.admission.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, AdmissionHandler, Readiness, ServerSettings, health_app
+from webhook.admission.server import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    AdmissionHandler,
+    Readiness,
+    ServerSettings,
+    health_app,
+)
 from webhook.admission.tls import CertDirWatcher, ServingCertificate
 from webhook.cli import Run
 from webhook.kube.client import KubeClient
@@ -39,9 +47,6 @@ from webhook.kube.snapshot import ClusterCaches
 log = logging.getLogger("trainguard.admission")
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# Longer than the apiserver's idle-connection timeout (Go: 90 s): closing a connection the client is about to reuse
-# would fail a POST it cannot retry. Still bounds clients that connect and never finish a request.
-IDLE_TIMEOUT = 120.0
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 
@@ -70,7 +75,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     net.add_argument("--health-port", type=int, default=8081, help="plain-HTTP /healthz, /readyz, /metrics (default 8081)")
     net.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger reviews get HTTP 413 (default 8 MiB)")
     net.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT, help="seconds to receive a body, else 408 (default 10)")
-    net.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, help="close connections idle this long (default 120 s)")
+    net.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, help="close connections idle this long (default 120 s)")
 
     kube = parser.add_argument_group("cluster")
     kube.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
@@ -186,9 +191,12 @@ async def serve(args: argparse.Namespace) -> int:
 
         handler = AdmissionHandler(
             routes, caches.snapshot, metrics,
-            ServerSettings(max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, on_policy_error=args.on_policy_error),
+            ServerSettings(
+                max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
+                on_policy_error=args.on_policy_error,
+            ),
         )
-        https = web.AppRunner(handler.app(), access_log=None, keepalive_timeout=args.idle_timeout, shutdown_timeout=10.0)
+        https = handler.runner()
         await https.setup()
         runners.insert(0, https)
         await web.TCPSite(https, args.bind_address, args.port, ssl_context=serving.context, backlog=512).start()

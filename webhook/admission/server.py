@@ -51,12 +51,17 @@ log = logging.getLogger("trainguard.admission")
 # 3 MiB and etcd an object at 1.5 MiB, so two objects plus the envelope stay well under this.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 10.0
+# Longer than the apiserver's idle-connection timeout (Go: 90 s): closing a connection the client is about to reuse
+# would fail a POST it cannot retry. It also bounds clients that connect and never finish their headers (aiohttp
+# arms it from the moment a connection opens).
+DEFAULT_IDLE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     # What a policy exception means for the request: "deny" (an error the apiserver rejects) or "allow".
     on_policy_error: Literal["deny", "allow"] = "deny"
 
@@ -86,6 +91,10 @@ class AdmissionHandler:
         for path in self.routes:
             app.router.add_post(path, self.handle)
         return app
+
+    def runner(self) -> web.AppRunner:
+        """The runner to serve ``app()`` with: idle/slow-header connections closed after ``idle_timeout``."""
+        return web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.settings.idle_timeout, shutdown_timeout=10.0)
 
     # ---- HTTP level --------------------------------------------------------------------------------------
 

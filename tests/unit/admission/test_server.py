@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from webhook.admission.metrics import AdmissionMetrics
@@ -276,3 +277,21 @@ async def test_each_review_logs_one_structured_line(server, json_logs) -> None:
     assert line["webhook"] == "defaulter.trainjob.trainer.kubeflow.org" and line["verdict"] == "patched"
     assert line["kind"] == "TrainJob" and line["namespace"] == "team-a" and line["object"] == "job"
     assert line["operation"] == "CREATE" and line["patch_ops"] == 2 and "duration_ms" in line
+
+
+async def test_a_client_that_never_finishes_its_headers_is_disconnected() -> None:
+    handler = AdmissionHandler(fake_routes(), ClusterSnapshot, AdmissionMetrics(), ServerSettings(idle_timeout=0.3))
+    runner = handler.runner()
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST " + VALIDATE.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-")  # and then nothing
+        await writer.drain()
+        # The server closes the connection (EOF) instead of holding it forever; the bound is only a safety net.
+        assert await asyncio.wait_for(reader.read(), timeout=30) == b""
+        writer.close()
+    finally:
+        await runner.cleanup()
