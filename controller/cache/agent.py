@@ -267,7 +267,7 @@ class CacheAgent:
                     os.close(fd)
                     return encode({"ok": True, "shard": entry.describe()}), []
                 self._served(entry)
-                return encode({"ok": True, "shard": entry.describe()}), [fd]
+                return entry.open_reply(), [fd]
             if op == "open_many":
                 names = open_batch_names(request)
                 fds: list[int] = []

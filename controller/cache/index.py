@@ -23,7 +23,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from controller.cache.protocol import ErrorCode, ProtocolError, validate_shard_name
+from controller.cache.protocol import ErrorCode, ProtocolError, encode, validate_shard_name
 
 CHECKSUM_ALGORITHM = "sha256"
 _HASH_SLICE = 16 << 20
@@ -43,6 +43,7 @@ class ShardEntry:
     checksum: str | None = None  # computed lazily (warm pass or first open), reset when the file changes
     last_access: int = 0  # logical clock of the last open; 0 = never opened
     resident: int = 0  # bytes in the page cache at the last measurement
+    _reply: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def identity(self) -> tuple[int, int, int, int, int]:
@@ -66,6 +67,14 @@ class ShardEntry:
             "checksum": self.checksum,
             "residentBytes": self.resident,
         }
+
+    def open_reply(self) -> bytes:
+        """The encoded ``open`` reply frame for this entry, kept until any described figure changes (the fast
+        path answers most opens with it, without building or encoding JSON)."""
+        key = (self.size, self.mtime_ns, self.checksum, self.resident)
+        if self._reply is None or self._reply[0] != key:
+            self._reply = (key, encode({"ok": True, "shard": self.describe()}))
+        return self._reply[1]
 
 
 @dataclass
