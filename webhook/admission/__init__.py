@@ -38,5 +38,5 @@ Registration objects: ``registration.webhook_configurations`` / ``python -m webh
 Modules: ``review`` (codec), ``routes`` (path -> policy function), ``server`` (aiohttp apps), ``metrics``, ``logs``
 (JSON lines), ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
 (Secret + caBundle I/O), ``registration``, ``main`` (the command). Integration fixtures for other areas:
-``tests/integration/admission/conftest.py``.
+``tests/integration/conftest.py``.
 """
