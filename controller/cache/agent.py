@@ -259,36 +259,42 @@ class CacheAgent:
             request = decode_body(body)
             op = request.get("op")
             if op == "open" or op == "stat":
-                opened = self.index.open_fast(request.get("shard"))
-                if opened is None:
-                    return None
-                fd, entry = opened
-                if op == "stat":
-                    os.close(fd)
-                    return encode({"ok": True, "shard": entry.describe()}), []
-                self._served(entry)
-                return entry.open_reply(), [fd]
+                with self.index.lock:
+                    opened = self.index.open_fast(request.get("shard"))
+                    if opened is None:
+                        return None
+                    fd, entry = opened
+                    if op == "stat":
+                        os.close(fd)
+                        return encode({"ok": True, "shard": entry.describe()}), []
+                    self._served(entry)
+                    return entry.open_reply(), [fd]
             if op == "open_many":
                 names = open_batch_names(request)
                 fds: list[int] = []
                 entries: list[ShardEntry] = []
-                for name in names:
-                    opened = self.index.open_fast(name)
-                    if opened is None:
-                        for fd in fds:
-                            os.close(fd)
-                        return None
-                    fds.append(opened[0])
-                    entries.append(opened[1])
-                for entry in entries:
-                    self._served(entry)
-                return encode({"ok": True, "shards": [e.describe() for e in entries]}), fds
+                with self.index.lock:
+                    for name in names:
+                        opened = self.index.open_fast(name)
+                        if opened is None:
+                            _close_all(fds)
+                            return None
+                        fds.append(opened[0])
+                        entries.append(opened[1])
+                    described = [entry.describe() for entry in entries]
+                    for entry in entries:
+                        self._served(entry)
+                return encode({"ok": True, "shards": described}), fds
             if op in ("ping", "list"):
                 return encode(self._answer_simple(request)), []
             return None  # unknown op: refused by _answer with the same message as always
         except ProtocolError as exc:
             self._count_error(exc.code, peer, exc.message)
             return encode(error_reply(exc.code, exc.message)), []
+        except Exception as exc:
+            log.exception("request failed", extra={"fields": peer})
+            self.metrics.errors.labels(ErrorCode.INTERNAL.value).inc()
+            return encode(error_reply(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")), []
 
     async def _answer(self, body: bytes, peer: dict) -> tuple[dict, list[int]]:
         try:
@@ -319,12 +325,12 @@ class CacheAgent:
         if op in ("ping", "list"):
             return self._answer_simple(request), []
         if op in ("stat", "open"):
-            fd, entry = await self._open_fresh(request.get("shard"))
+            fd, entry, description = await self._open_fresh(request.get("shard"))
             if op == "stat":
                 os.close(fd)
-                return {"ok": True, "shard": entry.describe()}, []
+                return {"ok": True, "shard": description}, []
             self._served(entry)
-            return {"ok": True, "shard": entry.describe()}, [fd]
+            return {"ok": True, "shard": description}, [fd]
         if op == "open_many":
             names = open_batch_names(request)
             items: list[dict] = []
@@ -332,14 +338,14 @@ class CacheAgent:
             try:
                 for name in names:
                     try:
-                        fd, entry = await self._open_fresh(name)
+                        fd, entry, description = await self._open_fresh(name)
                     except ProtocolError as exc:
                         self._count_error(exc.code, peer, exc.message)
                         items.append({"name": name, "error": error_reply(exc.code, exc.message)["error"]})
                         continue
                     fds.append(fd)
                     self._served(entry)
-                    items.append(entry.describe())
+                    items.append(description)
             except BaseException:
                 for fd in fds:
                     os.close(fd)
@@ -363,21 +369,31 @@ class CacheAgent:
             if self.config.memory_budget > 0:
                 self._wake.set()
 
-    async def _open_fresh(self, name: Any) -> tuple[int, ShardEntry]:
-        """Open a shard and make sure its description matches the file behind the returned fd."""
-        fd, entry, changed = self.index.open(name)
-        try:
-            if changed:
-                self.metrics.reindexed.inc()
-                log.info("shard changed on disk; re-indexed", extra={"fields": {"shard": entry.name}})
-            if entry.checksum is None:
-                checksum, st = await asyncio.to_thread(checksum_fd, fd)
-                entry.refresh(st)
-                entry.checksum = checksum
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, entry
+    async def _open_fresh(self, name: Any) -> tuple[int, ShardEntry, dict]:
+        """Open a shard: (fd, entry, description), the description taken under the index lock and only while
+        the entry's figures (device, inode, size, mtime, ctime; checksum present) are those of the file behind
+        the fd, so a version that changed meanwhile is never described with another's checksum."""
+        for _ in range(3):
+            fd, entry, changed = self.index.open(name)
+            try:
+                if changed:
+                    self.metrics.reindexed.inc()
+                    log.info("shard changed on disk; re-indexed", extra={"fields": {"shard": entry.name}})
+                if entry.checksum is None:
+                    checksum, st = await asyncio.to_thread(checksum_fd, fd)
+                    with self.index.lock:
+                        entry.adopt_checksum(checksum, st)
+                st = os.fstat(fd)
+                with self.index.lock:
+                    if entry.checksum is not None and entry.identity == (
+                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+                    ):
+                        return fd, entry, entry.describe()
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # changed while we hashed it (or a residency pass re-indexed it): open it again
+        raise ProtocolError(ErrorCode.CHANGED, f"shard {entry.name!r} kept changing while being opened")
 
     def _count_error(self, code: ErrorCode, peer: dict, message: str) -> None:
         self.metrics.errors.labels(code.value).inc()
@@ -420,11 +436,14 @@ class CacheAgent:
                 entry.resident = 0
                 continue  # gone or replaced: the next open or rescan re-indexes it
             try:
-                if entry.refresh(os.fstat(fd)):
+                with self.index.lock:
+                    changed = entry.refresh(os.fstat(fd))
+                if changed:
                     self.metrics.reindexed.inc()
                 if entry.checksum is None:
-                    entry.checksum, st = checksum_fd(fd)
-                    entry.refresh(st)
+                    checksum, st = checksum_fd(fd)
+                    with self.index.lock:
+                        entry.adopt_checksum(checksum, st)
                 if entry.name in warm_names:
                     pages.warm(fd, entry.size)
                 entry.resident = pages.file_resident_bytes(fd)

@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import stat
+import threading
 from dataclasses import dataclass, field
 
 from controller.cache.protocol import ErrorCode, ProtocolError, encode, validate_shard_name
@@ -50,14 +51,21 @@ class ShardEntry:
         return (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
 
     def refresh(self, st: os.stat_result) -> bool:
-        """Adopt a new stat; True (and the checksum dropped) when the file is no longer the indexed one."""
+        """Adopt a new stat; True (and the checksum dropped) when the file is no longer the indexed one.
+        Call with the index's ``lock`` held (worker threads and the event loop both update entries)."""
         new = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if new == self.identity:
             return False
-        self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns = new
         self.checksum = None
         self.resident = 0
+        self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns = new
         return True
+
+    def adopt_checksum(self, checksum: str, st: os.stat_result) -> None:
+        """Record ``checksum``, computed over the file version ``st`` describes (``checksum_fd``); with the lock
+        held, so no reader sees the checksum paired with another version's figures."""
+        self.refresh(st)
+        self.checksum = checksum
 
     def describe(self) -> dict:
         return {
@@ -123,6 +131,9 @@ class ShardIndex:
             raise FileNotFoundError(f"dataset root {root!r} is not a directory")
         self.pattern = pattern
         self._prefix = self.root.rstrip("/") + "/"
+        # Held while an entry's figures change (scan and residency passes run in worker threads) and by the
+        # agent's fast path while it checks a descriptor against them and describes the shard.
+        self.lock = threading.Lock()
         self._match = glob_regex(pattern)
         self.entries: dict[str, ShardEntry] = {}
 
@@ -148,9 +159,15 @@ class ShardIndex:
                 if entry is None:
                     self.entries[name] = _entry(name, real, st)
                     result.added.append(name)
-                elif entry.path != real or entry.refresh(st):
-                    entry.path = real
-                    result.changed.append(name)
+                else:
+                    with self.lock:
+                        changed = entry.refresh(st)
+                        if entry.path != real:  # a symlinked name now points elsewhere
+                            entry.path = real
+                            entry.checksum = None
+                            changed = True
+                    if changed:
+                        result.changed.append(name)
         for name in sorted(set(self.entries) - seen):
             del self.entries[name]
             result.removed.append(name)
@@ -171,7 +188,8 @@ class ShardIndex:
 
     def open_fast(self, name: object) -> tuple[int, ShardEntry] | None:
         """A read-only fd of an indexed, checksummed shard that is still exactly the file verified at index time;
-        None when that cannot be shown cheaply (then call ``open``). The caller owns the fd."""
+        None when that cannot be shown cheaply (then call ``open``). The caller owns the fd, and holds ``lock``
+        until it has described the entry, so the figures it sends are the ones checked here."""
         if type(name) is not str:
             return None
         entry = self.entries.get(name)  # keys are canonical names that passed validate_shard_name
@@ -217,8 +235,9 @@ class ShardIndex:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} is not a regular file")
-        entry.path = real
-        changed = entry.refresh(st)
+        with self.lock:
+            entry.path = real
+            changed = entry.refresh(st)
         return fd, entry, changed
 
     def _resolve_on_disk(self, name: str) -> tuple[str, os.stat_result]:

@@ -51,6 +51,7 @@ class ErrorCode(str, Enum):
     OUTSIDE_ROOT = "OutsideRoot"  # a symlink resolving outside the dataset root
     NOT_FOUND = "NotFound"
     BUSY = "Busy"  # connection limit reached
+    CHANGED = "Changed"  # the shard kept changing on disk while being opened; retry later
     INTERNAL = "Internal"
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -387,3 +388,55 @@ def test_open_shards_without_an_agent_reads_directly(dataset: Path) -> None:
     assert [bytes(s.view[:1]) for s in shards] == [b"\x01", b"\x02", b"\x03"]
     for shard in shards:
         shard.close()
+
+
+def test_descriptions_always_match_the_served_version_under_concurrent_changes(
+    dataset: Path, start_agent: Any
+) -> None:
+    """A shard replaced over and over while residency passes run in worker threads and a client opens it on both
+    paths: every descriptor handed out is described with its own version's size and checksum."""
+    agent = start_agent(dataset)
+    agent.maintain()
+    path = dataset / SHARDS[0]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def replace_forever() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            tmp = path.with_suffix(f".tmp{i % 2}")
+            tmp.write_bytes(bytes([i % 251]) * (4096 + (i % 3) * 1000))
+            os.replace(tmp, path)  # each version is a new, never rewritten file: its fd's content is fixed
+
+    def maintain_forever() -> None:
+        try:
+            while not stop.is_set():
+                agent.maintain()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=replace_forever), threading.Thread(target=maintain_forever)]
+    for t in threads:
+        t.start()
+    client = CacheClient(agent.config.socket_path)
+    checked = 0
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                shards = [client.open(SHARDS[0])] + client.open_many([SHARDS[0], SHARDS[1], SHARDS[0]])
+            except CacheError as exc:
+                assert exc.code == "Changed"  # gave up after retries: refused, never stale
+                continue
+            for shard in shards:
+                with shard:
+                    assert shard.size == len(shard.view)
+                    assert shard.checksum == sha256(bytes(shard.view))
+                    checked += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        client.close()
+    assert not failures and checked > 0
