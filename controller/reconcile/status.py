@@ -32,10 +32,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
+from webhook.api import constants as api_constants
+from webhook.api.constants import LABEL_STATE
+
 Object = dict[str, Any]
 
 # spec.managedBy values: ours (the default) and MultiKueue's, which this controller must leave alone.
-TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+TRAINJOB_CONTROLLER = api_constants.TRAINJOB_CONTROLLER
 
 # Condition types and reasons (upstream pkg/constants).
 SUSPENDED = "Suspended"
@@ -54,7 +57,7 @@ JOBSET_COMPLETED = "Completed"
 JOBSET_FAILED = "Failed"
 
 # The user-visible state label (beyond upstream) and its values, in the SDK's words.
-STATE_LABEL = "trainguard.io/state"
+STATE_LABEL = LABEL_STATE
 STATE_CREATED = "Created"
 STATE_RUNNING = "Running"
 STATE_SUSPENDED = "Suspended"

@@ -99,3 +99,9 @@ MAX_STORAGE_URI_LENGTH = 2048
 MAX_NAME_LENGTH = 253
 MAX_CONDITIONS = 8
 MAX_JOBS_STATUS = 100
+
+# trainguard's own contract between the webhook, the build and the reconciler (things the TrainJob API cannot carry).
+ANNOTATION_SCHEDULER_NAME = "trainguard.io/scheduler-name"  # written by policy, applied to pods by the build
+ANNOTATION_POLICY_EFFECTS = "trainguard.io/policy-effects"  # on the JobSet: what the build applied for policy
+ANNOTATION_DATASET_CACHE = "trainguard.io/dataset-cache"  # TrainJob opt-in to a DatasetCache by name
+LABEL_STATE = "trainguard.io/state"  # Created | Running | Suspended | Complete | Failed, kept by the reconciler

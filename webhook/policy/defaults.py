@@ -24,6 +24,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.api.constants import ANNOTATION_SCHEDULER_NAME
 from webhook.policy.matching import first_set
 from webhook.policy.policy_model import Policy
 from webhook.policy.runtime_rules import pod_spec, replicated_jobs
@@ -44,7 +45,7 @@ KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
-SCHEDULER_NAME_ANNOTATION = "trainguard.io/scheduler-name"
+SCHEDULER_NAME_ANNOTATION = ANNOTATION_SCHEDULER_NAME
 
 
 @dataclass(frozen=True)

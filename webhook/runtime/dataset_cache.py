@@ -15,9 +15,10 @@ import copy
 import re
 from typing import Any, Mapping
 
+from webhook.api.constants import ANNOTATION_DATASET_CACHE
 from webhook.field import FieldError, aggregate, invalid, required
 
-DATASET_CACHE_ANNOTATION = "trainguard.io/dataset-cache"
+DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
 
 # Host side: one directory per DatasetCache, so two caches (or two namespaces) never share a socket, and a pod
 # mounting one cache's directory cannot reach another cache's agent.

@@ -6,30 +6,33 @@ upstream spells them; one place, so a typo cannot make two modules disagree.
 
 from __future__ import annotations
 
-TRAINER_API_VERSION = "trainer.kubeflow.org/v1alpha1"
-TRAINER_GROUP = "trainer.kubeflow.org"
-TRAINJOB_KIND = "TrainJob"
-TRAINING_RUNTIME_KIND = "TrainingRuntime"
-CLUSTER_TRAINING_RUNTIME_KIND = "ClusterTrainingRuntime"
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+from webhook.api import constants as api
+
+# The API's own constants, under the names the runtime framework uses (one source, webhook.api.constants).
+TRAINER_API_VERSION = api.TRAINER_API_VERSION
+TRAINER_GROUP = api.TRAINER_GROUP
+TRAINJOB_KIND = api.TRAINJOB_KIND
+TRAINING_RUNTIME_KIND = api.TRAINING_RUNTIME_KIND
+CLUSTER_TRAINING_RUNTIME_KIND = api.CLUSTER_TRAINING_RUNTIME_KIND
+JOBSET_API_VERSION = api.JOBSET_API_VERSION
 
 # replicatedJob template label naming the role a job plays in the TrainJob.
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-ANCESTOR_TRAINER = "trainer"
-ANCESTOR_DATASET_INITIALIZER = "dataset-initializer"
-ANCESTOR_MODEL_INITIALIZER = "model-initializer"
+ANCESTOR_LABEL = api.LABEL_TRAINJOB_ANCESTOR
+ANCESTOR_TRAINER = api.ANCESTOR_TRAINER
+ANCESTOR_DATASET_INITIALIZER = api.ANCESTOR_DATASET_INITIALIZER
+ANCESTOR_MODEL_INITIALIZER = api.ANCESTOR_MODEL_INITIALIZER
 
 # replicatedJob and container names.
-NODE = "node"
-LAUNCHER = "launcher"
-DATASET_INITIALIZER = "dataset-initializer"
-MODEL_INITIALIZER = "model-initializer"
+NODE = api.NODE
+LAUNCHER = api.LAUNCHER
+DATASET_INITIALIZER = api.DATASET_INITIALIZER
+MODEL_INITIALIZER = api.MODEL_INITIALIZER
 
-TRAINER_PORT = 29500
-COMPLETION_INDEX_FIELD_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+TRAINER_PORT = api.TORCH_MASTER_PORT
+COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{api.ANNOTATION_JOB_COMPLETION_INDEX}']"
 STORAGE_URI_ENV = "STORAGE_URI"
 
 # trainguard extras the TrainJob API cannot carry (written by the policy webhook, applied by the build).
-SCHEDULER_NAME_ANNOTATION = "trainguard.io/scheduler-name"
-POLICY_EFFECTS_ANNOTATION = "trainguard.io/policy-effects"
-DATASET_CACHE_ANNOTATION = "trainguard.io/dataset-cache"
+SCHEDULER_NAME_ANNOTATION = api.ANNOTATION_SCHEDULER_NAME
+POLICY_EFFECTS_ANNOTATION = api.ANNOTATION_POLICY_EFFECTS
+DATASET_CACHE_ANNOTATION = api.ANNOTATION_DATASET_CACHE
