@@ -7,6 +7,9 @@ one only fixes the ORDER in which they run, so the result is deterministic and i
   1. CREATE only: resolve the runtime, match TrainJobPolicies (``matching``), compute the effective job through
      ``webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
      ``trainguard.io/policy`` runtimePatch with topology hints;
+  UPDATE only: an update that drops the ``trainguard.io/policy`` runtimePatch gets the old entry back, unchanged
+     (``kubectl apply`` of the user's own manifest replaces the whole runtimePatches list, which would silently
+     undo the policy decision on a suspended job and be refused as a patch change on a running one);
   2. §2.4 runtimePatch time stamping (``timestamps``), last, so the policy's patch is stamped like any other.
 ``validate_trainjob`` (validating webhook):
   1. §2.5 runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
@@ -24,11 +27,12 @@ DELETE and CONNECT are always allowed unchanged.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from webhook.field import FieldError, aggregate, invalid
 from webhook.policy import dataset_cache, framework, runtime_rules
-from webhook.policy.defaults import apply_policies, topology_outcome
+from webhook.policy.defaults import POLICY_MANAGER, apply_policies, topology_outcome
 from webhook.policy.limits import Violation, limit_violations
 from webhook.policy.matching import matching_policies, parse_all
 from webhook.policy.policy_rules import policy_errors
@@ -92,8 +96,30 @@ def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdic
             if matched:
                 effective = framework.effective_job_or_none(obj, runtime)
                 obj = apply_policies(obj, runtime, effective, matched)
+    elif review.old_obj is not None:
+        obj = _keep_policy_patch(obj, review.old_obj)
     obj = stamp_runtime_patches(obj, review.old_obj, review.now)
     return Verdict.allow(obj, _unique(warnings))
+
+
+def _policy_entry(obj: dict[str, Any]) -> dict[str, Any] | None:
+    patches = (obj.get("spec") or {}).get("runtimePatches")
+    if not isinstance(patches, list):
+        return None
+    return next((p for p in patches if isinstance(p, dict) and p.get("manager") == POLICY_MANAGER), None)
+
+
+def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """Put the old ``trainguard.io/policy`` entry back, first, when an UPDATE left it out (policy effects are
+    decided at CREATE; an update may edit the entry, but omitting it is what list-replacing clients do)."""
+    kept = _policy_entry(old)
+    if kept is None or _policy_entry(obj) is not None:
+        return obj
+    result = copy.deepcopy(obj)
+    spec = result.setdefault("spec", {})
+    patches = spec.get("runtimePatches")
+    spec["runtimePatches"] = [copy.deepcopy(kept)] + (list(patches) if isinstance(patches, list) else [])
+    return result
 
 
 def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:

@@ -168,3 +168,30 @@ def test_runtime_selector_and_trainjob_selector():
                       scheduling={"kueue": {"queueName": "q"}})
     assert labels(mutate(trainjob(labels={"tier": "prod"}), snap(by_label)))[QUEUE] == "q"
     assert QUEUE not in labels(mutate(trainjob(), snap(by_label)))
+
+
+@pytest.mark.parametrize("suspend", [True, False])
+def test_update_that_drops_the_policy_patch_gets_it_back(suspend):
+    """kubectl apply of the user's manifest replaces runtimePatches with the manifest's list (no policy entry):
+    the old entry comes back unchanged, so the decision stays and a running job's update is not a patch change."""
+    from webhook.policy.pipeline import validate_trainjob
+
+    user = {"manager": "acme.io/tweaks", "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"t": "a"}}}}}
+    snapshot = snap(policy("topo", topology=TOPOLOGY))
+    old = mutate(trainjob(trainer=GPU8, patches=[user], suspend=suspend), snapshot)
+    [own] = policy_patches(old)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"x": "y"}
+    new["spec"]["runtimePatches"] = [dict(user, time=old["spec"]["runtimePatches"][1]["time"])]
+    out = mutate(new, snapshot, "UPDATE", old)
+    assert out["spec"]["runtimePatches"] == old["spec"]["runtimePatches"]
+    assert policy_patches(out) == [own]
+    assert validate_trainjob(AdmissionInput("UPDATE", out, old, NOW), snapshot).allowed
+    # Without the fix the same update was refused for a running job.
+    if not suspend:
+        assert not validate_trainjob(AdmissionInput("UPDATE", new, old, NOW), snapshot).allowed
+    # An update that keeps (or edits) the entry is left alone.
+    edited = copy.deepcopy(old)
+    edited["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["metadata"] = {"labels": {"e": "1"}}
+    assert policy_patches(mutate(copy.deepcopy(edited), snapshot, "UPDATE", old))[0]["trainingRuntimeSpec"] == \
+        edited["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
