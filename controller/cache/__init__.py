@@ -17,7 +17,8 @@ Modules:
   ``DatasetCacheSpecError`` when the spec cannot be built.
 
 * ``main``: ``trainguard cache-agent``, the agent (``agent``, ``index``, ``pages``, ``protocol``, ``metrics``).
-* ``client``: what training code imports (standard library only): ``open_shard(name) -> Shard``, ``pin``.
+* ``client``: what training code imports (standard library only): ``open_shard(name) -> Shard``,
+  ``open_shards(names) -> Iterator[Shard]`` (batched: one round trip per 32 shards), ``pin``.
 
 The JobSet side (mount the socket directory, set env) is ``webhook.runtime.dataset_cache.wire_dataset_cache``.
 """
