@@ -226,3 +226,34 @@ def admission(cluster: Any, namespace: str, webhook_server: WebhookProcess) -> I
         yield registered
     finally:
         unregister(cluster, registered)
+
+
+# Cluster-scoped objects outlive the per-test namespace. A TrainJobPolicy with an empty selector left behind by one
+# test matches every TrainJob of every later test, so a leak is cleaned up AND reported as the leaking test's error.
+_CLUSTER_SCOPED = (("trainguard.io", "v1alpha1", "trainjobpolicies"),)
+
+
+def _cluster_scoped_names(cluster: Any) -> dict[str, set[str]]:
+    from kubernetes import client as k8s
+
+    api = k8s.CustomObjectsApi(cluster.api_client())
+    return {
+        plural: {o["metadata"]["name"] for o in api.list_cluster_custom_object(group, version, plural)["items"]}
+        for group, version, plural in _CLUSTER_SCOPED
+    }
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_cluster_scoped_objects(request: pytest.FixtureRequest) -> Iterator[None]:
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    cluster = request.getfixturevalue("cluster")
+    before = _cluster_scoped_names(cluster)
+    yield
+    after = _cluster_scoped_names(cluster)
+    leaked = {plural: sorted(after[plural] - before[plural]) for plural in after if after[plural] - before[plural]}
+    for plural, names in leaked.items():
+        for name in names:
+            cluster.kubectl("delete", plural, name, "--ignore-not-found", check=False)
+    assert not leaked, f"the test left cluster-scoped objects behind (now deleted): {leaked}"

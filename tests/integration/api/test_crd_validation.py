@@ -120,6 +120,9 @@ def test_create_rule(cluster, namespace, case_id, make, bad, message, good):
     assert message in got
     accepted = api.create(with_changes(base, *good))
     assert accepted["metadata"]["uid"]
+    if base["kind"] in ("ClusterTrainingRuntime", "TrainJobPolicy"):
+        # A valid policy with an empty selector would match every later test's TrainJobs.
+        api.delete(base["kind"], accepted["metadata"]["name"])
 
 
 # (id, changes applied by an update of a valid TrainJob, message). kube-apiserver 1.35 renders a rejected object
