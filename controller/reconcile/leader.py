@@ -93,6 +93,9 @@ class LeaderElector:
         self._observed_at = 0.0
         self._observed_lease: Object | None = None
         self._leading = False
+        # Monotonic time at which the round that last wrote our Lease began: the renewTime others see is no later
+        # than this, so the renew deadline counts from here (not from when a slow response finally arrived).
+        self._renewed_at = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -105,6 +108,7 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One election round; True when we hold the Lease afterwards."""
         cfg = self.config
+        started = self._monotonic()
         now = self._wall()
         lease = await self._api.get()
         if lease is None:
@@ -118,7 +122,7 @@ class LeaderElector:
                 created = await self._api.create(body)
             except Conflict:
                 return self._lost()
-            return self._won(created)
+            return self._won(created, started)
 
         record = _record(lease)
         if record != self._observed:
@@ -140,7 +144,7 @@ class LeaderElector:
             replaced = await self._api.replace(updated)
         except Conflict:
             return self._lost()
-        return self._won(replaced)
+        return self._won(replaced, started)
 
     async def release(self) -> None:
         """Give the Lease up on graceful shutdown, so a standby need not wait for it to expire."""
@@ -172,22 +176,31 @@ class LeaderElector:
     async def keep(self, stop: asyncio.Event) -> bool:
         """Renew every ``retry_period`` until ``stop`` (returns False) or leadership is lost (returns True:
         the caller must stop reconciling at once). Lost means: no successful renewal for ``renew_deadline``, or
-        another candidate holds the Lease."""
+        another candidate holds the Lease.
+
+        Each round is cut off when the renew deadline passes (client-go runs its renew rounds under a context with
+        that deadline): a request to an apiserver that accepts the connection but never answers would otherwise
+        hold the round for the client's whole request timeout, long after a standby may have taken over."""
         cfg = self.config
-        last_renewal = self._monotonic()
         while not stop.is_set():
             await _sleep_or_stop(stop, cfg.retry_period)
             if stop.is_set():
                 return False
-            if await self._round():
-                last_renewal = self._monotonic()
+            remaining = cfg.renew_deadline - (self._monotonic() - self._renewed_at)
+            try:
+                async with asyncio.timeout(max(remaining, 0.0)):
+                    renewed = await self._round()
+            except TimeoutError:
+                log.warning("lease %s/%s: renewal did not finish within the renew deadline", cfg.namespace, cfg.name)
+                renewed = False
+            if renewed:
                 continue
             holder = self.observed_holder
             if holder and holder != cfg.identity:
                 log.error("lease %s/%s is now held by %s", cfg.namespace, cfg.name, holder)
                 self._leading = False
                 return True
-            if self._monotonic() - last_renewal >= cfg.renew_deadline:
+            if self._monotonic() - self._renewed_at >= cfg.renew_deadline:
                 log.error("lost lease %s/%s: no renewal for %.1fs", cfg.namespace, cfg.name, cfg.renew_deadline)
                 self._leading = False
                 return True
@@ -211,8 +224,9 @@ class LeaderElector:
             spec["acquireTime"] = micro_time(acquire_time)
         return spec
 
-    def _won(self, lease: Object) -> bool:
+    def _won(self, lease: Object, started: float) -> bool:
         self._observed, self._observed_at, self._observed_lease = _record(lease), self._monotonic(), lease
+        self._renewed_at = started
         self._leading = True
         return True
 

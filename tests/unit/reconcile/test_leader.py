@@ -162,3 +162,42 @@ async def test_keep_returns_false_on_stop() -> None:
     stop = asyncio.Event()
     stop.set()
     assert await a.keep(stop) is False
+
+
+async def test_keep_gives_up_at_the_renew_deadline_when_the_apiserver_never_answers() -> None:
+    """A renew request that hangs (connection accepted, no answer) must not outlive the renew deadline: past it a
+    standby may take over, so the leader has to report the loss by then, not after the client's request timeout."""
+    lease, clock = MemoryLease(), Clock()
+    cfg = ElectionConfig(name="l", namespace="ns", identity="a", lease_duration=0.6, renew_deadline=0.4,
+                         retry_period=0.1)
+    a = LeaderElector(cfg, lease, wall=clock.wall)  # real monotonic clock
+    assert await a.try_acquire_or_renew()
+    hung = asyncio.Event()
+
+    async def never_answers() -> None:
+        hung.set()
+        await asyncio.sleep(3600)
+
+    lease.get = never_answers  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await asyncio.wait_for(a.keep(asyncio.Event()), timeout=5) is True
+    assert hung.is_set()
+    assert loop.time() - started < cfg.lease_duration
+    assert not a.is_leader
+
+
+async def test_renew_deadline_counts_from_when_the_successful_round_started() -> None:
+    """renewTime is stamped at the start of a round; a slow answer must not extend the leader's own deadline."""
+    lease, clock = MemoryLease(), Clock()
+    a = candidate(lease, clock, "a")
+    real_replace = lease.replace
+
+    async def slow_replace(obj: dict[str, Any]) -> dict[str, Any]:
+        clock.advance(9)  # the write lands, but its answer takes 9 s of the 10 s renew deadline
+        return await real_replace(obj)
+
+    assert await a.try_acquire_or_renew()
+    lease.replace = slow_replace  # type: ignore[method-assign]
+    assert await a.try_acquire_or_renew()
+    assert a._renewed_at == 0.0  # noqa: SLF001 - the round started at t=0, the answer came at t=9
