@@ -9,8 +9,11 @@ A runtime template is refined in three layers, in this order (reference ยง1.3, ย
 3. the trainer's ``image``/``command``/``args`` replaced wholesale and ``env`` upserted by name.
 
 Merge keys follow the Go types' ``patchMergeKey`` tags (JobSet v0.12 and core/v1). Lists without one (tolerations,
-command, args, envFrom, nodeSelectorTerms, ...) are replaced; maps are merged; a ``null`` in a patch deletes the
-key, and a list item ``{"$patch": "delete", <key>: v}`` deletes that item, as in apimachinery's strategicpatch.
+command, args, envFrom, nodeSelectorTerms, ...) are replaced; maps are merged. ``strategic_merge`` itself honours
+apimachinery's directives (a ``null`` deletes the key, ``{"$patch": "delete", <key>: v}`` deletes a list item,
+``$patch: replace`` replaces a map). The two TrainJob layers never reach it with directives, though: upstream
+marshals ``runtimePatches`` and ``resourcesPerNode`` from typed Go structs (and the API server prunes unknown
+fields and nulls), so a ``null`` or a ``$``-key there is inert, not a deletion; ``typed_patch`` drops them first.
 All functions return new values and never modify their arguments.
 """
 
@@ -93,6 +96,20 @@ def _strip_directives(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def typed_patch(value: Any) -> Any:
+    """A patch as upstream's typed structs serialise it: ``null`` values and ``$``-directive keys dropped.
+
+    ``runtimePatches[].trainingRuntimeSpec`` and ``trainer.resourcesPerNode`` are Go structs upstream: a
+    ``{"$patch": "delete"}`` has no field to land in and a nil pointer/map is omitted, so neither can delete what
+    the runtime declares (a list item keeps its merge key and merges as an empty change).
+    """
+    if isinstance(value, Mapping):
+        return {k: typed_patch(v) for k, v in value.items() if v is not None and not (isinstance(k, str) and k.startswith("$"))}
+    if isinstance(value, list):
+        return [typed_patch(v) for v in value if v is not None]
+    return value
+
+
 # -- layer 1: runtimePatches --------------------------------------------------------------------------------
 
 
@@ -106,7 +123,7 @@ def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapp
     merged: dict = copy.deepcopy(dict(jobset_spec))
     original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
     for patch in patches:
-        spec_patch = patch_template(patch).get("spec")
+        spec_patch = typed_patch(patch_template(patch).get("spec"))
         if spec_patch:
             merged = strategic_merge(merged, spec_patch)
     if "replicatedJobs" in merged:
@@ -138,7 +155,7 @@ def merge_resources(container: Mapping[str, Any], resources_per_node: Mapping[st
     """``resourcesPerNode`` merged per resource name into the container's resources (claims by name)."""
     out = copy.deepcopy(dict(container))
     if resources_per_node:
-        out["resources"] = strategic_merge(out.get("resources") or {}, resources_per_node)
+        out["resources"] = strategic_merge(out.get("resources") or {}, typed_patch(resources_per_node))
     return out
 
 

@@ -152,3 +152,19 @@ def test_effective_numbers_follow_the_built_pods(num_nodes, gpus, env):
     assert node["template"]["spec"]["parallelism"] == num_nodes == job.num_nodes
     assert job.gpus_per_node == gpus and job.total_gpus == gpus * num_nodes
     assert objects(tj, TORCH_RUNTIME)[0] == js
+
+
+def test_delete_directive_in_runtime_patch_keeps_node_container_and_null_resources_keep_runtime_gpus():
+    rt = deep(TORCH_RUNTIME)
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": 4}
+    }
+    tj = deep(LLM_DDP)
+    tj["spec"]["trainer"]["resourcesPerNode"] = {"limits": None, "requests": {"cpu": "2"}}
+    tj["spec"]["runtimePatches"] = [{"manager": "a.io/x", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "$patch": "delete"}]}}}}}]}}}}]
+    job = effective_job(tj, rt)
+    node = job.spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert node["name"] == "node" and node["image"] == "ghcr.io/acme/train:1.0"
+    assert node["resources"] == {"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "2"}}
+    assert job.gpus_per_node == 4 and job.total_gpus == 16

@@ -143,3 +143,51 @@ def test_override_container_replaces_and_upserts():
 def test_upsert_helpers():
     assert upsert([{"name": "a", "v": 1}], [{"name": "a", "v": 2}, {"name": "b"}], "name") == [{"name": "a", "v": 2}, {"name": "b"}]
     assert upsert_ports([{"containerPort": 1, "name": "x"}], [{"containerPort": 2, "name": "x"}]) == [{"containerPort": 2, "name": "x"}]
+
+
+# -- patches are typed upstream: nulls and $-directives are inert (review fix) ---------------------------------
+
+
+def test_runtime_patch_delete_directive_cannot_remove_a_runtime_container_or_job():
+    spec = {"replicatedJobs": [_job("init"), _job("node", nodeSelector={"pool": "a"})]}
+    patches = [
+        _patch("a.io/x", {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "$patch": "delete"}]}}}}}),
+        _patch("b.io/x", {"name": "init", "$patch": "delete"}),
+        _patch("c.io/x", {"name": "node", "template": {"spec": {"template": {"$patch": "replace", "spec": {"hostNetwork": True}}}}}),
+    ]
+    merged = merge_runtime_patches(spec, patches)
+    assert [rj["name"] for rj in merged["replicatedJobs"]] == ["init", "node"]
+    node_pod = merged["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+    assert node_pod == {"containers": [{"name": "node"}], "nodeSelector": {"pool": "a"}, "hostNetwork": True}
+
+
+def test_runtime_patch_null_values_do_not_delete():
+    spec = {"replicatedJobs": [_job("node", nodeSelector={"pool": "a"}, tolerations=[{"key": "gpu"}])]}
+    patch = _patch("a.io/x", {"name": "node", "template": {"spec": {"template": {"spec": {
+        "nodeSelector": {"pool": None, "zone": "z"}, "tolerations": None}}}}})
+    pod = merge_runtime_patches(spec, [patch])["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "a", "zone": "z"}
+    assert pod["tolerations"] == [{"key": "gpu"}]
+
+
+def test_resources_per_node_null_keeps_runtime_resources_and_claims_merge_by_name():
+    c = {"name": "node", "resources": {"limits": {"nvidia.com/gpu": 8}, "claims": [{"name": "gpu", "request": "a"}]}}
+    out = merge_resources(c, {"limits": None, "requests": {"cpu": "2"}, "claims": [{"name": "gpu", "request": "b"}, {"name": "nic"}]})
+    assert out["resources"] == {
+        "limits": {"nvidia.com/gpu": 8},
+        "claims": [{"name": "gpu", "request": "b"}, {"name": "nic"}],
+        "requests": {"cpu": "2"},
+    }
+    assert c["resources"]["claims"] == [{"name": "gpu", "request": "a"}]
+
+
+def test_patch_added_job_is_restored_after_runtime_jobs():
+    spec = {"replicatedJobs": [_job("a"), _job("b"), _job("c")]}
+    patches = [_patch("a.io/x", {"name": "extra"}, {"name": "c", "template": {"metadata": {"labels": {"x": "1"}}}}, {"name": "a"})]
+    merged = merge_runtime_patches(spec, patches)
+    assert [rj["name"] for rj in merged["replicatedJobs"]] == ["a", "b", "c", "extra"]
+
+
+def test_upsert_env_value_from_replaces_value_wholesale():
+    out = upsert([{"name": "X", "value": "1"}], [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}], "name")
+    assert out == [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
