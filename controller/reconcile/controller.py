@@ -170,9 +170,24 @@ class Controller:
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}"))
 
-    async def shutdown_workers(self) -> None:
-        """Hand out no more keys, let every in-flight reconcile finish, then stop the workers."""
-        await self.queue.shutdown()
+    async def shutdown_workers(self, grace: float | None = None) -> None:
+        """Hand out no more keys, let every in-flight reconcile finish (at most ``grace`` seconds; None: no
+        limit), then stop the workers. Reconciles still running after ``grace`` are cancelled, like
+        controller-runtime's GracefulShutdownTimeout: a stuck API call must not keep the process from exiting."""
+        try:
+            await asyncio.wait_for(self.queue.shutdown(), grace)
+        except TimeoutError:
+            log.warning("in-flight reconciles did not finish within %.1fs; cancelling %s", grace,
+                        sorted(self.queue.in_flight))
+        await self.abort_workers()
+
+    async def abort_workers(self) -> None:
+        """Stop reconciling NOW: cancel in-flight reconciles (leadership lost - another replica may already be
+        reconciling the same objects, so finishing ours would race it)."""
+        if not self.queue.shutting_down:
+            self.queue.begin_shutdown()
+        for task in self._workers:
+            task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
 

@@ -47,6 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                         help="image of the DatasetCache agent DaemonSet")
     parser.add_argument("--no-podgroups", action="store_true",
                         help="do not watch PodGroups (scheduler-plugins/Volcano CRDs not installed)")
+    parser.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
+                        help="seconds in-flight reconciles may take to finish on SIGTERM before they are cancelled")
     parser.add_argument("--log-level", default="INFO")
 
     def run(args: argparse.Namespace) -> int:
@@ -125,8 +127,13 @@ async def serve_controller(args: argparse.Namespace) -> int:
             lost = await elector.keep(stop)
         else:
             await stop.wait()
-        log.info("stopping: finishing in-flight reconciles")
-        await controller.shutdown_workers()
+        if lost:
+            # Another replica may be reconciling already: stop at once, do not finish in-flight work.
+            log.info("stopping: leadership lost, cancelling in-flight reconciles")
+            await controller.abort_workers()
+        else:
+            log.info("stopping: finishing in-flight reconciles (at most %.0fs)", args.graceful_shutdown_timeout)
+            await controller.shutdown_workers(grace=args.graceful_shutdown_timeout)
         metrics.leader.set(0)
         if elector is not None and not lost:
             await elector.release()

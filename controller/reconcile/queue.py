@@ -190,13 +190,17 @@ class WorkQueue(Generic[K]):
     def shutting_down(self) -> bool:
         return self._shutting_down
 
-    async def shutdown(self) -> None:
-        """Stop handing out keys, drop delayed ones, and wait until every in-flight key is ``done``."""
+    def begin_shutdown(self) -> None:
+        """Stop handing out keys and drop delayed ones, without waiting for the keys in flight."""
         self._shutting_down = True
         for _, handle in self._waiting.values():
             handle.cancel()
         self._waiting.clear()
         self._notify()
+
+    async def shutdown(self) -> None:
+        """Stop handing out keys, drop delayed ones, and wait until every in-flight key is ``done``."""
+        self.begin_shutdown()
         while self._processing:
             await self._sleep()
 
