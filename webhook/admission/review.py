@@ -77,6 +77,51 @@ def parse_review(body: bytes) -> AdmissionReview:
         raise ReviewError("body nests too deeply") from None
 
 
+# The apiserver turns each webhook warning into an HTTP ``Warning: 299`` header (k8s.io/apiserver
+# pkg/endpoints/filters/warning.go): a text with a control character (a newline, a tab) is not a valid header and
+# is DROPPED silently; once all warnings of a request pass 4096 runes they are cut to 256 runes each and the rest
+# discarded. The docs: "Limit warnings to 120 characters if possible. Warnings over 256 characters and large
+# numbers of warnings may be truncated." So we send only what arrives intact, and say when we left some out.
+WARNING_MAX_RUNES = 256
+WARNINGS_TOTAL_RUNES = 4096
+_ELLIPSIS = "..."
+
+
+def _printable(text: str) -> str:
+    # Go's unicode.IsControl is the Cc category (C0, DEL, C1); lone surrogates are not valid UTF-8 either.
+    return "".join(
+        " " if (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF) else c for c in text
+    ).strip()
+
+
+def bound_warnings(warnings: Any) -> list[str]:
+    """Warnings as the apiserver will pass them on: printable, unique, each at most ``WARNING_MAX_RUNES`` and all
+    together at most ``WARNINGS_TOTAL_RUNES`` (Python string length counts code points, as Go counts runes).
+    What does not fit is replaced by one closing note saying how many were left out."""
+    out: list[str] = []
+    seen: set[str] = set()
+    total = 0
+    omitted = 0
+    note_room = 64  # kept free for the closing note
+    for w in warnings or ():
+        if not isinstance(w, str):
+            continue
+        text = _printable(w)
+        if len(text) > WARNING_MAX_RUNES:
+            text = text[: WARNING_MAX_RUNES - len(_ELLIPSIS)].rstrip() + _ELLIPSIS
+        if not text or text in seen:
+            continue
+        if total + len(text) > WARNINGS_TOTAL_RUNES - note_room:
+            omitted += 1
+            continue
+        seen.add(text)
+        out.append(text)
+        total += len(text)
+    if omitted:
+        out.append(f"trainguard: {omitted} more warning{'s' if omitted > 1 else ''} omitted (size limit)")
+    return out
+
+
 def _response(uid: str, allowed: bool, **fields: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": allowed, **fields}}
 

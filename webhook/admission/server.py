@@ -37,6 +37,7 @@ from webhook.admission.review import (
     AdmissionReview,
     ReviewError,
     allowed_response,
+    bound_warnings,
     denied_response,
     encode_patch,
     error_response,
@@ -189,7 +190,7 @@ class AdmissionHandler:
                 return allowed_response(req.uid, warnings=[f"trainguard: {route.name} skipped after an internal error"]), Outcome("error", "PolicyError")
             return error_response(req.uid, 500, f"internal error in {route.name}: {type(e).__name__}"), Outcome("error", "PolicyError")
 
-        warnings = [w for w in verdict.warnings if isinstance(w, str) and w]
+        warnings = bound_warnings(verdict.warnings)
         if not verdict.allowed:
             reason = verdict.reason or "Denied"
             self.metrics.denials.labels(route.name, reason).inc()

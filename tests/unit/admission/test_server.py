@@ -295,3 +295,32 @@ async def test_a_client_that_never_finishes_its_headers_is_disconnected() -> Non
         writer.close()
     finally:
         await runner.cleanup()
+
+
+async def test_warnings_are_bounded_to_what_the_apiserver_passes_on() -> None:
+    """A warning with a control character is dropped by the apiserver (invalid Warning header); past 4096 runes
+    in all it cuts every warning to 256 runes. So newlines become spaces, each warning is at most 256 runes, all of
+    them at most 4096, and a closing note says how many did not fit."""
+    from reviews import FAKE_POLICIES
+    from webhook.admission.review import WARNING_MAX_RUNES, WARNINGS_TOTAL_RUNES
+    from webhook.admission.routes import bind_routes
+    from webhook.policy.verdict import Verdict
+
+    def noisy(inp, snap):  # type: ignore[no-untyped-def]
+        return Verdict.allow(None, ["line one\nline two\ttabbed", "x" * 1000, "dup", "dup",
+                                    *(f"audit {i}: " + "y" * 200 for i in range(40))])
+
+    routes = bind_routes({**FAKE_POLICIES, "validate_training_runtime": noisy})
+    handler = AdmissionHandler(routes, ClusterSnapshot, AdmissionMetrics())
+    async with TestClient(TestServer(handler.app())) as client:
+        path = "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime"
+        status, out = await post(client, path, review(path))
+    assert status == 200
+    warnings = out["response"]["warnings"]
+    assert warnings[0] == "line one line two tabbed"
+    assert len(warnings[1]) == WARNING_MAX_RUNES and warnings[1].endswith("...")
+    assert warnings.count("dup") == 1
+    assert all(len(w) <= WARNING_MAX_RUNES for w in warnings)
+    assert not any(c in w for w in warnings for c in "\n\t\r")
+    assert sum(len(w) for w in warnings) <= WARNINGS_TOTAL_RUNES
+    assert warnings[-1].startswith("trainguard: ") and "more warnings omitted" in warnings[-1]
