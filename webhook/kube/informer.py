@@ -4,9 +4,14 @@ The loop is client-go's reflector in miniature:
 
 * list (all pages) -> replace the store -> set ``synced`` -> watch from the list's resourceVersion with bookmarks;
 * a watch that ends (server timeout) is reopened from the last resourceVersion seen (events or bookmarks);
-* 410 Gone (the resourceVersion was compacted away) -> relist, emitting only the differences as events;
+* 410 Gone (the resourceVersion was compacted away) -> relist, emitting only the differences as events; a second
+  410 before the watch has delivered anything (a list that keeps expiring, a watch refused at once) backs off
+  instead of relisting in a tight loop;
 * any other failure -> wait with exponential backoff (jittered, capped), then retry from where it stood. The store
   is kept meanwhile: a stale cache is better for admission than none, exactly like client-go's HasSynced staying true.
+  The backoff resets only when a watch delivers something, not when a list succeeds, so a list that works
+  followed by a watch that fails at once still backs off. An unexpected exception (a bug, a malformed frame) is
+  logged and retried the same way: the loop never dies while ``synced`` stays set over a cache that stopped.
 
 Handlers are plain functions called with a ``CacheEvent`` after the store has changed, in the event loop; they must
 not block (the reconciler's work queue only records a key). A handler that raises is logged and skipped.
@@ -168,6 +173,7 @@ class Informer:
     async def run(self) -> None:
         """List and watch until cancelled; never returns otherwise."""
         need_list = True
+        gone_without_progress = 0
         while True:
             try:
                 if need_list:
@@ -176,7 +182,6 @@ class Informer:
                     )
                     self._replace(items, rv)
                     need_list = False
-                    self._backoff.reset()
                     self.synced.set()
                 received = 0
                 async for event in self._source.watch(
@@ -189,6 +194,7 @@ class Informer:
                 ):
                     self._apply(event)
                     received += 1
+                    gone_without_progress = 0
                     self._backoff.reset()
                 if received:
                     continue  # the server closed a healthy watch; resume at once
@@ -198,12 +204,20 @@ class Informer:
                 self.relists += 1
                 need_list = True
                 log.info("%s: resourceVersion %s is gone (%s); relisting", self.resource.plural, self.resource_version, e.message)
+                if gone_without_progress:
+                    await self._sleep(self._backoff.next_delay())
+                gone_without_progress += 1
             except asyncio.CancelledError:
                 raise
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
                 self.failures += 1
                 delay = self._backoff.next_delay()
                 log.warning("%s: list/watch failed (%s: %s); retrying in %.2fs", self.resource.plural, type(e).__name__, e, delay)
+                await self._sleep(delay)
+            except Exception:  # a bug or a frame we cannot read: log it loudly, but keep the cache alive
+                self.failures += 1
+                delay = self._backoff.next_delay()
+                log.exception("%s: unexpected list/watch failure; retrying in %.2fs", self.resource.plural, delay)
                 await self._sleep(delay)
 
     # ---- store updates ---------------------------------------------------------------------------------

@@ -187,3 +187,51 @@ async def test_unknown_event_types_are_ignored() -> None:
     await run_until_idle(src, inf)
     await inf.stop()
     assert seen == [] and len(inf) == 0
+
+
+async def test_an_unexpected_failure_is_retried_and_does_not_end_the_informer() -> None:
+    """A frame the cache cannot use (here an object that is not a dict) used to raise AttributeError out of the
+    loop: the task died quietly while ``synced`` stayed set over a cache that never changed again."""
+    src = FakeSource()
+    sleep = RecordingSleep()
+    src.lists.append(([obj("a", "1", "ns")], "1"))
+    src.watches.append([ev("ADDED", ["not", "an", "object"])])  # type: ignore[arg-type]
+    src.watches.append([ev("ADDED", obj("b", "2", "ns"))])
+    inf, _ = make(src, sleep)
+    task = inf.start()
+    await asyncio.wait_for(src.idle.wait(), timeout=10)
+    try:
+        assert not task.done()
+        assert inf.failures == 1 and sleep.delays == [0.2]
+        assert sorted(inf.keys()) == [("ns", "a"), ("ns", "b")]
+    finally:
+        await inf.stop()
+
+
+async def test_repeated_gone_without_progress_backs_off_instead_of_relisting_in_a_loop() -> None:
+    src = FakeSource()
+    sleep = RecordingSleep()
+    for rv in ("1", "2", "3", "4"):
+        src.lists.append(([obj("a", rv, "ns")], rv))
+    for _ in range(3):
+        src.watches.append([Gone(410, "Expired", "too old resource version")])
+    inf, _ = make(src, sleep)
+    await run_until_idle(src, inf)
+    await inf.stop()
+    assert src.list_calls == 4
+    assert sleep.delays == [0.2, 0.4]  # the first 410 relists at once; the following ones back off
+
+
+async def test_a_list_that_keeps_expiring_backs_off() -> None:
+    src = FakeSource()
+    sleep = RecordingSleep()
+    src.lists.append(([], "1"))
+    src.watches.append([Gone(410, "Expired", "too old resource version")])
+    src.lists.append(Gone(410, "Expired", "continue token expired"))
+    src.lists.append(Gone(410, "Expired", "continue token expired"))
+    src.lists.append(([], "9"))
+    inf, _ = make(src, sleep)
+    await run_until_idle(src, inf)
+    await inf.stop()
+    assert sleep.delays == [0.2, 0.4]
+    assert src.watch_from[-1] == "9"
