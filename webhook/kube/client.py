@@ -270,10 +270,13 @@ def decode_watch_line(line: bytes) -> WatchEvent:
         event = json.loads(line)
     except ValueError as e:
         raise ApiError(500, "BadWatchFrame", f"undecodable watch frame: {e}") from e
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(obj, dict):
+        raise ApiError(500, "BadWatchFrame", f"watch frame is not a {{type, object}} pair: {line[:200]!r}")
     kind = str(event.get("type") or "")
-    obj = event.get("object") or {}
     if kind == "ERROR":
-        raise error_from_status(int(obj.get("code") or 500), obj)
+        code = obj.get("code")
+        raise error_from_status(code if isinstance(code, int) and code else 500, obj)
     return WatchEvent(kind, obj)
 
 

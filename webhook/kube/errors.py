@@ -47,7 +47,10 @@ _BY_CODE: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone, 
 def error_from_status(code: int, body: Any) -> ApiError:
     """Build the matching exception from an HTTP code and whatever body came back (Status dict, text, None)."""
     status = body if isinstance(body, dict) else {}
-    code = int(status.get("code") or code)
+    try:  # a Status from something that is not an apiserver (a proxy) may carry anything here
+        code = int(status.get("code") or code)
+    except (TypeError, ValueError):
+        pass
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or (body if isinstance(body, str) else "") or f"HTTP {code}")
     cls = _BY_CODE.get(code, ApiError)

@@ -141,3 +141,21 @@ async def test_watch_reassembles_large_frames_and_raises_gone(fake: Any) -> None
     assert [e.type for e in got] == ["ADDED", "BOOKMARK"]
     assert len(got[0].object["data"]) == 300_000
     assert api.seen[-1]["query"] == {"watch": "true", "timeoutSeconds": "300", "resourceVersion": "1", "allowWatchBookmarks": "true"}
+
+
+@pytest.mark.parametrize("frame", [b"[1, 2]", b'"text"', b'{"type": "ADDED", "object": [1]}',
+                                   b'{"type": "ERROR", "object": "boom"}'])
+def test_malformed_watch_frames_are_api_errors(frame: bytes) -> None:
+    from webhook.kube.client import decode_watch_line
+
+    with pytest.raises(ApiError) as info:
+        decode_watch_line(frame)
+    assert info.value.reason == "BadWatchFrame"
+
+
+def test_error_frame_with_a_non_numeric_code_is_still_an_api_error() -> None:
+    from webhook.kube.client import decode_watch_line
+
+    with pytest.raises(ApiError) as info:
+        decode_watch_line(b'{"type": "ERROR", "object": {"code": "x", "message": "m"}}')
+    assert info.value.code == 500
