@@ -48,10 +48,32 @@ DATASET_CACHE = "DatasetCache"
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
-def secret_metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
-    """Secrets are cached for their existence only: never keep key material in the controller's memory."""
+# ``kubectl apply`` stores the whole applied object here - for a Secret, its data in clear.
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     obj = strip_managed_fields(obj)
-    return {k: v for k, v in obj.items() if k not in ("data", "stringData")}
+    out = {k: v for k, v in obj.items() if k not in ("data", "stringData", "binaryData")}
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and LAST_APPLIED in (meta.get("annotations") or {}):
+        annotations = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
+        out["metadata"] = {**meta, "annotations": annotations}
+    return out
+
+
+def secret_metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """Secrets are cached for their existence only: never keep key material in the controller's memory (neither
+    ``data`` nor the copy ``kubectl apply`` leaves in the last-applied-configuration annotation)."""
+    return _metadata_only(obj)
+
+
+def configmap_for_trainjobs(obj: dict[str, Any]) -> dict[str, Any]:
+    """The controller reads the data of the ConfigMaps a TrainJob controls (the runtime snapshot) and only the
+    existence and owner of any other; the cache watches every ConfigMap in scope, so it keeps no more of those."""
+    if controller_owner(obj, "TrainJob", "trainer.kubeflow.org"):
+        return strip_managed_fields(obj)
+    return _metadata_only(obj)
 
 
 @dataclass
@@ -75,7 +97,7 @@ class Controller:
 
         self.trainjobs = informer(TRAINJOBS)
         self.jobsets = informer(JOBSETS)
-        self.configmaps = informer(CONFIGMAPS)
+        self.configmaps = informer(CONFIGMAPS, transform=configmap_for_trainjobs)
         self.secrets = informer(SECRETS, transform=secret_metadata_only)
         self.training_runtimes = informer(TRAINING_RUNTIMES)
         self.cluster_training_runtimes = informer(CLUSTER_TRAINING_RUNTIMES)
