@@ -36,6 +36,19 @@ class Lifetimes:
     # How long a new CA sits in the bundle before a leaf is signed by it (see module docstring).
     ca_propagation: timedelta = timedelta(minutes=10)
 
+    def __post_init__(self) -> None:
+        # A certificate born inside its own renewal window is renewed at every check: with the leaf that is a
+        # Secret write per refresh interval, with the CA a new CA per interval and a trust bundle that grows
+        # until the first ones expire.
+        if self.renew_before <= timedelta(0) or self.ca_propagation < timedelta(0):
+            raise ValueError("renew-before must be positive and ca-propagation not negative")
+        for what, lifetime in (("certificate", self.leaf), ("CA", self.ca)):
+            if lifetime <= self.renew_before:
+                raise ValueError(
+                    f"{what} lifetime {lifetime} must be longer than renew-before {self.renew_before}, "
+                    "or it would be renewed at every check"
+                )
+
 
 @dataclass(frozen=True)
 class KeyPair:

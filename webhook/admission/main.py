@@ -162,6 +162,10 @@ async def serve(args: argparse.Namespace) -> int:
             background.append(asyncio.create_task(watcher.run()))
         else:
             namespace = args.namespace or default_namespace()
+            try:
+                lifetimes = Lifetimes(args.ca_lifetime, args.cert_lifetime, args.cert_renew_before, args.ca_propagation)
+            except ValueError as e:
+                raise StartupError(str(e)) from e
             rotator = SecretRotator(
                 kube,
                 serving,
@@ -172,7 +176,7 @@ async def serve(args: argparse.Namespace) -> int:
                     ip_addresses=list(args.cert_ip),
                     mutating_configuration=args.mutating_configuration or None,
                     validating_configuration=args.validating_configuration or None,
-                    lifetimes=Lifetimes(args.ca_lifetime, args.cert_lifetime, args.cert_renew_before, args.ca_propagation),
+                    lifetimes=lifetimes,
                     refresh_interval=args.cert_refresh_interval.total_seconds(),
                 ),
                 clock=lambda: datetime.now(timezone.utc),

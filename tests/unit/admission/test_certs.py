@@ -151,3 +151,15 @@ def test_with_a_single_young_ca_the_leaf_still_renews_on_time() -> None:
     renewed = plan_rotation(m, now=T0 + timedelta(seconds=6), dns_names=NAMES, lifetimes=short)
     assert renewed is not None and renewed.ca_bundle == m.ca_bundle
     assert leaf_of(renewed).not_valid_after_utc == T0 + timedelta(seconds=26)
+
+
+@pytest.mark.parametrize(
+    "leaf, ca, renew",
+    [(timedelta(days=30), timedelta(days=3650), timedelta(days=90)),   # leaf born inside its renewal window
+     (timedelta(days=30), timedelta(days=60), timedelta(days=60)),     # CA likewise: a new CA at every check
+     (timedelta(days=30), timedelta(days=60), timedelta(0))],
+)
+def test_lifetimes_that_would_renew_at_every_check_are_refused(leaf: timedelta, ca: timedelta, renew: timedelta) -> None:
+    with pytest.raises(ValueError):
+        Lifetimes(ca=ca, leaf=leaf, renew_before=renew)
+
