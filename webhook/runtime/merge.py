@@ -51,17 +51,26 @@ class MergeError(ValueError):
 
 def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
     """Merge ``patch`` onto ``base`` with strategic-merge-patch semantics; ``field`` names the list being merged."""
+    return _merge_owned(copy.deepcopy(dict(base) if isinstance(base, Mapping) else base), patch, field)
+
+
+def _merge_owned(base: Any, patch: Any, field: str = "") -> Any:
+    """``strategic_merge`` onto a ``base`` the caller owns: it is modified and reused, so nothing is copied twice.
+
+    Only the patch's values are copied (``_strip_directives``); a pipeline that deep-copied its input once can merge
+    any number of patches without copying the (much larger) base again at every level.
+    """
     if isinstance(base, Mapping) and isinstance(patch, Mapping):
         if patch.get(_DIRECTIVE) == "replace":
             return _strip_directives({k: v for k, v in patch.items() if k != _DIRECTIVE})
-        out = copy.deepcopy(dict(base))
+        out = base if isinstance(base, dict) else dict(base)
         for key, value in patch.items():
             if key == _DIRECTIVE:
                 continue
             if value is None:
                 out.pop(key, None)
             elif key in out:
-                out[key] = strategic_merge(out[key], value, key)
+                out[key] = _merge_owned(out[key], value, key)
             else:
                 out[key] = _strip_directives(value)
         return out
@@ -70,8 +79,8 @@ def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
     return _strip_directives(patch)
 
 
-def _merge_keyed_list(base: list, patch: list, key: str, field: str) -> list:
-    out = [copy.deepcopy(item) for item in base]
+def _merge_keyed_list(out: list, patch: list, key: str, field: str) -> list:
+    """Merge ``patch`` items into the owned list ``out`` by ``key`` (modified in place and returned)."""
     for item in patch:
         if not isinstance(item, Mapping) or key not in item:
             raise MergeError(f"{field}: every patch item must be an object with {key!r}")
@@ -83,7 +92,7 @@ def _merge_keyed_list(base: list, patch: list, key: str, field: str) -> list:
         if index is None:
             out.append(_strip_directives(item))
         else:
-            out[index] = strategic_merge(out[index], item, field)
+            out[index] = _merge_owned(out[index], item, field)
     return out
 
 
@@ -120,12 +129,12 @@ def patch_template(patch: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapping[str, Any]]) -> dict:
     """The runtime's JobSet spec with every patch's ``template.spec`` merged in list order."""
-    merged: dict = copy.deepcopy(dict(jobset_spec))
+    merged: dict = copy.deepcopy(dict(jobset_spec))  # the one copy of the runtime's spec; patches merge into it
     original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
     for patch in patches:
         spec_patch = typed_patch(patch_template(patch).get("spec"))
         if spec_patch:
-            merged = strategic_merge(merged, spec_patch)
+            merged = _merge_owned(merged, spec_patch)
     if "replicatedJobs" in merged:
         position = {name: i for i, name in enumerate(original_order)}
         # sorted() is stable: jobs a patch added (validation rejects them) keep their relative order at the end.
@@ -155,7 +164,7 @@ def merge_resources(container: Mapping[str, Any], resources_per_node: Mapping[st
     """``resourcesPerNode`` merged per resource name into the container's resources (claims by name)."""
     out = copy.deepcopy(dict(container))
     if resources_per_node:
-        out["resources"] = strategic_merge(out.get("resources") or {}, typed_patch(resources_per_node))
+        out["resources"] = _merge_owned(out.get("resources") or {}, typed_patch(resources_per_node))
     return out
 
 

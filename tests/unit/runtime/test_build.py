@@ -168,3 +168,46 @@ def test_delete_directive_in_runtime_patch_keeps_node_container_and_null_resourc
     assert node["name"] == "node" and node["image"] == "ghcr.io/acme/train:1.0"
     assert node["resources"] == {"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "2"}}
     assert job.gpus_per_node == 4 and job.total_gpus == 16
+
+
+def _scribble(value):
+    """Modify every dict and list reachable from ``value`` in place."""
+    if isinstance(value, dict):
+        for v in list(value.values()):
+            _scribble(v)
+        value["x-scribbled"] = True
+    elif isinstance(value, list):
+        for v in value:
+            _scribble(v)
+        value.append("x-scribbled")
+
+
+def _with_patches(tj):
+    tj = deep(tj)
+    tj["spec"]["runtimePatches"] = [
+        {"manager": "a.io/x", "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"p": "1"}}, "spec": {"replicatedJobs": [
+            {"name": "node", "template": {"metadata": {"labels": {"q": "1"}}, "spec": {"template": {"spec": {
+                "nodeSelector": {"pool": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}}}}}}}}]}}}},
+    ]
+    return tj
+
+
+@pytest.mark.parametrize("tj, rt", [
+    (_with_patches(LLM_DDP), TORCH_RUNTIME),
+    (TAB_TRAIN, PLAIN_BATCH),
+    (_with_patches(trainjob("pi", "mpi-distributed", trainer={"numNodes": 2, "env": [{"name": "A", "value": "1"}],
+                                                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": 2}}})),
+     MPI_RUNTIME),
+], ids=["torch", "plain-coscheduling", "mpi"])
+def test_outputs_share_no_structure_with_inputs(tj, rt):
+    """Merging copies the runtime once and patches into that copy: nothing returned may alias an input, so a
+    caller (or a later policy) editing the effective job or a built object can never reach the TrainJob/runtime."""
+    tj_before, rt_before = deep(tj), deep(rt)
+    job = effective_job(tj, rt)
+    built = objects(tj, rt)
+    _scribble(job.spec)
+    for obj in built:
+        _scribble(obj)
+    assert (tj, rt) == (tj_before, rt_before)
