@@ -124,7 +124,8 @@ class TrainJobReconciler:
         group = ref.get("apiGroup") or TRAINER_GROUP
         if group != TRAINER_GROUP or kind not in RUNTIME_KINDS:
             decision = st.unsupported_runtime(trainjob, f"{group}/{kind}/{ref.get('name', '')}", self._now())
-            await self._write_status(trainjob, decision)
+            if not await self._write_status(trainjob, decision):
+                return Result()
             await self._write_state(trainjob, decision.state)
             await self._emit(trainjob, decision)
             return Result()
@@ -149,7 +150,10 @@ class TrainJobReconciler:
                 await self._kube.delete(JOBSETS, name, namespace, propagation="Background")
             except NotFound:
                 pass
-        await self._write_status(trainjob, decision)
+        if not await self._write_status(trainjob, decision):
+            # Deleted while we reconciled (our cache was behind): nothing to report on and nothing to retry;
+            # whatever was applied above carries its ownerReference and is garbage-collected.
+            return Result()
         await self._write_state(trainjob, decision.state)
         await self._emit(trainjob, decision)
         if build_error is not None:
@@ -233,16 +237,21 @@ class TrainJobReconciler:
         return _with_type(found, "TrainingRuntime" if ref.get("kind") == "TrainingRuntime" else "ClusterTrainingRuntime")
 
     # ---- status -------------------------------------------------------------------------------------------
-    async def _write_status(self, trainjob: Object, decision: st.StatusDecision) -> None:
+    async def _write_status(self, trainjob: Object, decision: st.StatusDecision) -> bool:
+        """Patch the status if it changed; False when the TrainJob no longer exists."""
         if not decision.changed(trainjob) or not decision.status:
-            return
+            return True
         meta = trainjob["metadata"]
         patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": decision.status}
         try:
             await self._kube.merge_patch(TRAINJOBS, meta["name"], patch, meta["namespace"], subresource="status",
                                          field_manager=FIELD_MANAGER)
+        except NotFound:
+            log.info("TrainJob %s/%s was deleted during its reconcile", meta["namespace"], meta["name"])
+            return False
         except Conflict as err:
             raise ReconcileError("StaleTrainJob", f"status computed from a stale TrainJob: {err.message}") from err
+        return True
 
     async def _write_state(self, trainjob: Object, state: str) -> None:
         meta = trainjob["metadata"]

@@ -57,6 +57,8 @@ class FakeKube:
         self.calls.append(("patch", resource.kind, name, subresource, copy.deepcopy(patch)))
         if subresource == "status" and self.status_conflict:
             raise Conflict(409, "Conflict", "stale")
+        if getattr(self, "trainjob_deleted", False) and resource.kind == "TrainJob":
+            raise NotFound(404, "NotFound", f'trainjobs.trainer.kubeflow.org "{name}" not found')
         return patch
 
     async def delete(self, resource, name, namespace=None, *, propagation=None):
@@ -238,3 +240,14 @@ async def test_unsupported_runtime_kind_fails_the_job() -> None:
     (patch,) = [c for c in kube.calls if c[0] == "patch" and c[3] == "status"]
     assert patch[4]["status"]["conditions"][0]["reason"] == "TrainingRuntimeNotSupported"
     assert not [v for v in kube.verbs() if v[0] == "apply"]
+
+
+async def test_trainjob_deleted_during_its_reconcile_is_done_not_an_error() -> None:
+    """The cache still held the TrainJob, the apiserver no longer does: the status write's 404 ends the reconcile
+    (no retry with backoff, no error metric, no events about a deleted object)."""
+    r, kube, events = reconciler(trainjob(suspend=True), rt=runtime())  # suspended: a status to write
+    kube.trainjob_deleted = True
+    result = await r.reconcile("ns", "job")
+    assert result.requeue_after is None
+    assert [c[3] for c in kube.calls if c[0] == "patch"] == ["status"]  # the write that found it gone, no more
+    assert [e for e in events.events if e[1] != "Created"] == []
