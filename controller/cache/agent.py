@@ -431,13 +431,13 @@ class CacheAgent:
         warm_names = {e.name for e in plan_warm_set(entries, budget)}
         for entry in entries:
             try:
-                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd, st = self.index.open_file(entry.path)
             except OSError:
                 entry.resident = 0
-                continue  # gone or replaced: the next open or rescan re-indexes it
+                continue  # gone or replaced (by a symlink, FIFO, ...): the next open or rescan re-indexes it
             try:
                 with self.index.lock:
-                    changed = entry.refresh(os.fstat(fd))
+                    changed = entry.refresh(st)
                 if changed:
                     self.metrics.reindexed.inc()
                 if entry.checksum is None:
@@ -454,7 +454,7 @@ class CacheAgent:
             if total <= budget:
                 break
             try:
-                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd, _ = self.index.open_file(entry.path)
             except OSError:
                 continue
             try:

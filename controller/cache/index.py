@@ -17,6 +17,7 @@ each moves ctime or the inode) returns None and the caller takes ``open``, the f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -28,6 +29,15 @@ from controller.cache.protocol import ErrorCode, ProtocolError, encode, validate
 
 CHECKSUM_ALGORITHM = "sha256"
 _HASH_SLICE = 16 << 20
+# Every open of a shard: O_NONBLOCK because opening a FIFO for reading waits for a writer (a FIFO renamed over a
+# shard would stall the event loop, with the index lock held) and some devices block or act on open; O_NOCTTY so
+# a terminal never becomes the agent's. O_NONBLOCK is cleared once fstat shows a regular file, so the descriptor
+# the client receives is an ordinary blocking one.
+OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+
+
+class NotARegularFile(OSError):
+    """What a shard name reaches is a directory, FIFO, socket or device: never opened for serving."""
 
 
 @dataclass
@@ -196,7 +206,7 @@ class ShardIndex:
         if entry is None or entry.checksum is None or entry.path != self._prefix + name:
             return None  # unknown, not yet hashed, or reached through a symlink: re-resolve every time
         try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(entry.path, OPEN_FLAGS)
         except OSError:
             return None
         st = os.fstat(fd)
@@ -208,6 +218,7 @@ class ShardIndex:
             and st.st_mtime_ns == entry.mtime_ns
             and st.st_ctime_ns == entry.ctime_ns
         ):
+            os.set_blocking(fd, True)
             return fd, entry
         os.close(fd)
         return None
@@ -225,20 +236,33 @@ class ShardIndex:
             self.entries.pop(entry.name, None)
             raise
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd, st = self.open_file(real)
         except FileNotFoundError:
             self.entries.pop(entry.name, None)
             raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} disappeared") from None
+        except NotARegularFile:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} is not a regular file") from None
         except OSError as exc:  # ELOOP: a symlink was swapped in between resolve and open
             raise ProtocolError(ErrorCode.OUTSIDE_ROOT, f"shard {entry.name!r} changed while opening: {exc}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"shard {entry.name!r} is not a regular file")
         with self.lock:
             entry.path = real
             changed = entry.refresh(st)
         return fd, entry, changed
+
+    def open_file(self, path: str) -> tuple[int, os.stat_result]:
+        """A read-only, blocking descriptor of the regular file at ``path`` (a resolved path inside the root) and
+        its fstat; the caller owns the fd. Never blocks on a FIFO or device swapped in (``OPEN_FLAGS``); raises
+        ``NotARegularFile`` for those, ``OSError`` (ENOENT, ELOOP for a symlink, ...) otherwise."""
+        fd = os.open(path, OPEN_FLAGS)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotARegularFile(errno.EINVAL, "not a regular file", path)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
 
     def _resolve_on_disk(self, name: str) -> tuple[str, os.stat_result]:
         candidate = os.path.join(self.root, name)

@@ -1,0 +1,81 @@
+"""Security and robustness review of the cache (agent, index, client, builders): each test pins one fix."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.cache.client import CacheClient, CacheError
+from controller.cache.index import ShardIndex
+
+SHARDS = ["train/shard-0.bin", "train/shard-1.bin", "train/shard-2.bin"]
+
+
+def _wake_fifo_reader(path: Path) -> None:
+    """Open ``path`` for writing without blocking: wakes a reader stuck in open() (cleanup if a test fails)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _fifo_over(target: Path) -> None:
+    tmp = target.with_name(".fifo-tmp")
+    os.mkfifo(tmp)
+    os.replace(tmp, target)
+
+
+# -- special files -------------------------------------------------------------------------------------------
+def test_fifo_renamed_over_an_indexed_shard_does_not_block_the_fast_path(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset)
+    agent.maintain()  # indexed and checksummed: the next open takes the fast path, which opens the path itself
+    target = dataset / SHARDS[1]
+    _fifo_over(target)
+    client = CacheClient(agent.config.socket_path, timeout=3, reconnect_timeout=0)
+    try:
+        with pytest.raises(CacheError) as err:
+            client.open(SHARDS[1])
+        assert err.value.code == "NotFound"
+        assert client.ping()["ok"]
+    finally:
+        _wake_fifo_reader(target)
+        client.close()
+
+
+def test_fifo_swapped_in_between_check_and_open_does_not_block(
+    dataset: Path, start_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = start_agent(dataset)  # no residency pass: the open takes the full path (resolve, stat, open)
+    target = dataset / SHARDS[1]
+    real_resolve = ShardIndex._resolve_on_disk
+
+    def resolve_then_swap(self: ShardIndex, name: str) -> Any:
+        found = real_resolve(self, name)
+        if name == SHARDS[1] and not target.is_fifo():
+            _fifo_over(target)  # after the regular-file check, before the open
+        return found
+
+    monkeypatch.setattr(ShardIndex, "_resolve_on_disk", resolve_then_swap)
+    client = CacheClient(agent.config.socket_path, timeout=3, reconnect_timeout=0)
+    try:
+        with pytest.raises(CacheError) as err:
+            client.open(SHARDS[1])
+        assert err.value.code == "NotFound"
+        assert client.ping()["ok"]
+    finally:
+        _wake_fifo_reader(target)
+        client.close()
+
+
+def test_fifo_in_the_index_does_not_stall_residency_passes(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset)
+    target = dataset / SHARDS[1]
+    _fifo_over(target)  # indexed as a regular file by the first scan, a FIFO by the time the pass opens it
+    try:
+        agent.call(agent.agent.maintain(), timeout=5)
+        entries = agent.agent.index.entries
+        assert entries[SHARDS[0]].checksum is not None and entries[SHARDS[2]].checksum is not None
+    finally:
+        _wake_fifo_reader(target)
