@@ -156,6 +156,7 @@ class CacheAgent:
                 os.unlink(self.config.socket_path)
         if self._runner is not None:
             await self._runner.cleanup()
+        self.index.close()
 
     async def maintain(self) -> None:
         """One residency pass now (tests and the loop both call it); serialised with the loop's passes."""

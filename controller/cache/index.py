@@ -3,8 +3,9 @@
 Safety rules, all enforced here:
 * a name is a canonical relative path (``protocol.validate_shard_name``);
 * the file it names must match the shard glob and, after resolving every symlink, lie inside the root;
-* the served descriptor is opened on the resolved path with ``O_NOFOLLOW`` and checked with ``fstat`` to be a
-  regular file, so a symlink swapped in after the check cannot redirect the open;
+* the served descriptor is opened on the resolved path by walking down from the root's descriptor with
+  ``O_NOFOLLOW`` at every component (``open_file``) and checked with ``fstat`` to be a regular file, so a symlink
+  swapped in after the check (for the file or any parent directory) cannot redirect the open;
 * a file whose identity (device, inode, size, mtime, ctime) differs from the indexed one is re-indexed and its
   checksum recomputed before it is served: a changed or truncated shard is never described with stale figures.
 
@@ -34,6 +35,7 @@ _HASH_SLICE = 16 << 20
 # a terminal never becomes the agent's. O_NONBLOCK is cleared once fstat shows a regular file, so the descriptor
 # the client receives is an ordinary blocking one.
 OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+_DIR_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_DIRECTORY
 
 
 class NotARegularFile(OSError):
@@ -146,6 +148,17 @@ class ShardIndex:
         self.lock = threading.Lock()
         self._match = glob_regex(pattern)
         self.entries: dict[str, ShardEntry] = {}
+        # Every served descriptor is opened by walking down from this directory one component at a time with
+        # O_NOFOLLOW (``open_file``), so no symlink (in the name or in a parent swapped in after realpath) is
+        # followed at open time. Held for the agent's life: a root replaced under a running agent is not
+        # followed (restart the agent to serve a new root).
+        self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        with self.lock:
+            fd, self._root_fd = self._root_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     # -- scanning ----------------------------------------------------------------------------------------
     def scan(self) -> ScanResult:
@@ -252,8 +265,29 @@ class ShardIndex:
     def open_file(self, path: str) -> tuple[int, os.stat_result]:
         """A read-only, blocking descriptor of the regular file at ``path`` (a resolved path inside the root) and
         its fstat; the caller owns the fd. Never blocks on a FIFO or device swapped in (``OPEN_FLAGS``); raises
-        ``NotARegularFile`` for those, ``OSError`` (ENOENT, ELOOP for a symlink, ...) otherwise."""
-        fd = os.open(path, OPEN_FLAGS)
+        ``NotARegularFile`` for those, ``OSError`` (ENOENT, ELOOP for a symlink, ...) otherwise.
+
+        ``path`` is opened below the root's descriptor component by component, each with O_NOFOLLOW, so a
+        directory or file replaced by a symlink after ``path`` was resolved fails (ELOOP/ENOTDIR) instead of
+        leading outside the root. Every descriptor whose figures the index adopts comes from here, which is what
+        lets ``open_fast`` trust an identity match."""
+        if not path.startswith(self._prefix):
+            raise OSError(errno.EXDEV, "not below the dataset root", path)
+        parts = path[len(self._prefix) :].split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise OSError(errno.EINVAL, "not a canonical path below the dataset root", path)
+        with self.lock:  # dup under the lock: close() cannot recycle the number while we walk
+            dir_fd = os.dup(self._root_fd) if self._root_fd >= 0 else -1
+        if dir_fd < 0:
+            raise OSError(errno.EBADF, "the index is closed", path)
+        try:
+            for part in parts[:-1]:
+                below = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+                os.close(dir_fd)
+                dir_fd = below
+            fd = os.open(parts[-1], OPEN_FLAGS, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

@@ -79,3 +79,62 @@ def test_fifo_in_the_index_does_not_stall_residency_passes(dataset: Path, start_
         assert entries[SHARDS[0]].checksum is not None and entries[SHARDS[2]].checksum is not None
     finally:
         _wake_fifo_reader(target)
+
+
+# -- symlinks swapped in after the check ---------------------------------------------------------------------
+def _swap_parent_for_symlink(dataset: Path, secret: bytes) -> None:
+    """Replace ``train/`` by a symlink to a directory outside the root holding a file named like a shard."""
+    outside = dataset.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "shard-1.bin").write_bytes(secret)
+    os.rename(dataset / "train", dataset.parent / "train-moved")
+    os.symlink(outside, dataset / "train")
+
+
+def test_parent_swapped_for_a_symlink_before_a_residency_pass_is_never_served(
+    dataset: Path, start_agent: Any
+) -> None:
+    agent = start_agent(dataset)  # indexed by the first scan, not yet hashed; the next rescan is far away
+    secret = b"outside the root " * 300
+    _swap_parent_for_symlink(dataset, secret)
+    agent.maintain()  # must not adopt the outside file's identity and checksum for the indexed name
+    client = CacheClient(agent.config.socket_path)
+    try:
+        with pytest.raises(CacheError) as err:
+            client.open(SHARDS[1]).close()
+        assert err.value.code == "OutsideRoot"
+        with pytest.raises(CacheError):
+            client.open_many([SHARDS[1]])
+    finally:
+        client.close()
+
+
+def test_parent_swapped_for_a_symlink_between_check_and_open_is_refused(
+    dataset: Path, start_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = start_agent(dataset)
+    real_resolve = ShardIndex._resolve_on_disk
+
+    def resolve_then_swap(self: ShardIndex, name: str) -> Any:
+        found = real_resolve(self, name)
+        if name == SHARDS[1] and not (dataset / "train").is_symlink():
+            _swap_parent_for_symlink(dataset, b"outside the root " * 300)  # after realpath, before the open
+        return found
+
+    monkeypatch.setattr(ShardIndex, "_resolve_on_disk", resolve_then_swap)
+    client = CacheClient(agent.config.socket_path)
+    try:
+        with pytest.raises(CacheError) as err:
+            client.open(SHARDS[1]).close()
+        assert err.value.code == "OutsideRoot"
+    finally:
+        client.close()
+
+
+def test_in_root_symlinks_still_resolve(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset)
+    agent.maintain()
+    client = CacheClient(agent.config.socket_path)
+    with client.open("train/alias.bin") as shard:
+        assert shard.view[0] == 1
+    client.close()
