@@ -232,7 +232,14 @@ class CacheAgent:
         loop = asyncio.get_running_loop()
         assert self._server is not None
         while True:
-            conn, _ = await loop.sock_accept(self._server)
+            try:
+                conn, _ = await loop.sock_accept(self._server)
+            except OSError as exc:
+                # EMFILE/ENFILE (out of descriptors), ENOBUFS, ECONNABORTED...: transient. Letting it end this
+                # task would leave the agent alive, ready, and deaf to every new client.
+                log.warning("accept failed; retrying", extra={"fields": {"error": str(exc)}})
+                await asyncio.sleep(0.1)
+                continue
             conn.setblocking(False)
             if len(self._connections) >= self.config.max_connections:
                 self.metrics.errors.labels(ErrorCode.BUSY.value).inc()

@@ -138,3 +138,29 @@ def test_in_root_symlinks_still_resolve(dataset: Path, start_agent: Any) -> None
     with client.open("train/alias.bin") as shard:
         assert shard.view[0] == 1
     client.close()
+
+
+# -- connections ---------------------------------------------------------------------------------------------
+def test_accept_failure_does_not_stop_the_agent_accepting(
+    dataset: Path, start_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio.selector_events
+    import errno
+
+    loop_class = asyncio.selector_events.BaseSelectorEventLoop
+    real_accept = loop_class.sock_accept
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    async def flaky_accept(self: Any, sock: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await real_accept(self, sock)
+
+    monkeypatch.setattr(loop_class, "sock_accept", flaky_accept)
+    agent = start_agent(dataset)
+    client = CacheClient(agent.config.socket_path, timeout=3, reconnect_timeout=3)
+    try:
+        assert client.ping()["ok"]
+        assert not failures
+    finally:
+        client.close()
