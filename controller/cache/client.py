@@ -173,7 +173,12 @@ class CacheClient:
                 raise CacheError("Internal", "agent replied to open without a file descriptor")
             for extra in fds[1:]:
                 os.close(extra)
-            shard = self._map(_info(reply["shard"]), fds[0])
+            try:
+                info = _info(reply.get("shard"))
+            except CacheError:
+                os.close(fds[0])
+                raise
+            shard = self._map(info, fds[0])
             if shard is not None:
                 return shard
             # changed between the agent's check and ours: ask again for a fresh description
@@ -232,6 +237,9 @@ class CacheClient:
         if not isinstance(items, list) or len(items) != len(names):
             _close_all(fds)
             raise CacheError("Internal", f"agent answered open_many for {len(names)} shards with a malformed list")
+        if not all(isinstance(item, dict) for item in items):
+            _close_all(fds)
+            raise CacheError("Internal", "agent answered open_many with a malformed item")
         served = sum(1 for item in items if "error" not in item)
         if served != len(fds):
             _close_all(fds)
@@ -243,7 +251,12 @@ class CacheClient:
                 error = item["error"] or {}
                 out.append((name, CacheError(str(error.get("code", "Internal")), str(error.get("message", ""))), None))
             else:
-                out.append((name, _info(item), next(remaining)))
+                try:
+                    info = _info(item)
+                except CacheError:
+                    _close_all(fds)
+                    raise
+                out.append((name, info, next(remaining)))
         return out
 
     @staticmethod
@@ -338,6 +351,12 @@ class CacheClient:
                             f"cache agent at {self.socket_path} unreachable for {self.reconnect_timeout:.0f}s: {exc}"
                         ) from exc
                     time.sleep(0.05)
+                except protocol.ProtocolError as exc:  # not a JSON object: the stream cannot be trusted any more
+                    self._disconnect()
+                    raise CacheError("Malformed", f"agent sent a malformed reply: {exc.message}") from None
+                except BaseException:
+                    self._disconnect()  # e.g. KeyboardInterrupt mid-reply: the next request must not read its tail
+                    raise
         if not reply.get("ok"):
             for fd in fds:
                 os.close(fd)
@@ -361,8 +380,17 @@ class CacheClient:
             self._sock = None
 
     def _read_reply(self) -> tuple[dict, list[int]]:
-        assert self._sock is not None
+        """One reply frame and the descriptors that came with it; on any failure the descriptors received so far
+        are closed (they are this process's from the moment recvmsg returns)."""
         fds: list[int] = []
+        try:
+            return self._read_reply_into(fds)
+        except BaseException:
+            _close_all(fds)
+            raise
+
+    def _read_reply_into(self, fds: list[int]) -> tuple[dict, list[int]]:
+        assert self._sock is not None
         buf = bytearray()
         need = protocol.HEADER.size
         length: int | None = None
@@ -377,8 +405,6 @@ class CacheClient:
                     received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
                     fds += list(received)
             if not data:
-                for fd in fds:
-                    os.close(fd)
                 raise EOFError("agent closed the connection")
             buf += data
             if length is None and len(buf) >= protocol.HEADER.size:
@@ -387,24 +413,30 @@ class CacheClient:
                     raise ConnectionError(f"reply of {length} bytes exceeds {protocol.MAX_REPLY_BYTES}")
                 need = protocol.HEADER.size + length
         if truncated:
-            _close_all(fds)
             raise CacheError("Internal", "descriptors in the agent's reply were cut short (MSG_CTRUNC)")
         return protocol.decode_body(bytes(buf[protocol.HEADER.size :])), fds
 
 
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
-def _info(raw: dict) -> ShardInfo:
-    return ShardInfo(
-        name=raw["name"],
-        size=int(raw["size"]),
-        checksum=raw.get("checksum"),
-        mtime_ns=raw.get("mtimeNs"),
-        resident_bytes=raw.get("residentBytes"),
-    )
+def _info(raw: Any) -> ShardInfo:
+    try:
+        return ShardInfo(
+            name=raw["name"],
+            size=int(raw["size"]),
+            checksum=raw.get("checksum"),
+            mtime_ns=raw.get("mtimeNs"),
+            resident_bytes=raw.get("residentBytes"),
+        )
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise CacheError("Malformed", f"agent described a shard without a name and size: {raw!r:.200}") from None
 
 
 _default: tuple[int, CacheClient] | None = None

@@ -164,3 +164,96 @@ def test_accept_failure_does_not_stop_the_agent_accepting(
         assert not failures
     finally:
         client.close()
+
+
+# -- client: descriptors received with a bad reply -----------------------------------------------------------
+def _fd_count(settle_to: int | None = None) -> int:
+    """Descriptors open in this process; with ``settle_to``, wait up to 2 s for the fake agent's thread (same
+    process) to close its copies and its side of the connection."""
+    import time
+
+    deadline = time.monotonic() + 2
+    while True:
+        count = len(os.listdir("/proc/self/fd"))
+        if settle_to is None or count <= settle_to or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
+
+
+class _FakeAgent:
+    """Answers every request on every connection with ``frame``, carrying ``fds_per_reply`` descriptors."""
+
+    def __init__(self, path: str, frame: bytes, fds_per_reply: int, source: Path):
+        import socket
+        import threading
+
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(8)
+        self.frame, self.count, self.source = frame, fds_per_reply, source
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import socket
+
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    fds = [os.open(self.source, os.O_RDONLY) for _ in range(self.count)]
+                    try:
+                        socket.send_fds(conn, [self.frame], fds)
+                    finally:
+                        for fd in fds:
+                            os.close(fd)
+                    conn.recv(1)  # hold the connection until the client drops it
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        import socket
+
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        (b"\x00\x00\x00\x09not json!", "Malformed"),  # garbage body
+        (b"\x00\x00\x00\x02[]", "Malformed"),  # JSON, not an object
+        (b"\x00\x00\x00\x0b{\"ok\":true}", "Malformed"),  # open reply without a shard
+        (b"\xff\xff\xff\xffxxxx", None),  # header over MAX_REPLY_BYTES: reconnects until it gives up
+    ],
+    ids=["garbage", "not-object", "no-shard", "oversized"],
+)
+def test_client_closes_descriptors_that_came_with_a_bad_reply(
+    tmp_path: Path, dataset: Path, frame: bytes, code: str | None
+) -> None:
+    from controller.cache.client import CacheUnavailable
+
+    fake = _FakeAgent(str(tmp_path / "fake.sock"), frame, 3, dataset / SHARDS[0])
+    client = CacheClient(str(tmp_path / "fake.sock"), timeout=2, reconnect_timeout=0.3)
+    try:
+        client.ping()  # connect first, so the socket itself is not counted as a leak
+    except (CacheError, CacheUnavailable):
+        pass
+    before = _fd_count()
+    try:
+        for _ in range(3):
+            with pytest.raises((CacheError, CacheUnavailable)) as err:
+                client.open(SHARDS[0])
+            if code is not None:
+                assert isinstance(err.value, CacheError) and err.value.code == code
+        client.close()
+        assert _fd_count(settle_to=before) <= before
+    finally:
+        client.close()
+        fake.close()
