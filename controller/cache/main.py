@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 from typing import Any
 
@@ -76,10 +77,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def prepare_socket_dir(path: str, uid: int) -> int:
-    """Make the hostPath socket directory the agent's own (it runs as ``uid``) and searchable by clients."""
+    """Make the hostPath socket directory the agent's own (it runs as ``uid``) and searchable by clients.
+
+    The init container runs as root with CAP_CHOWN only (no CAP_FOWNER), so it may chmod only a directory it
+    owns: the mode is set while it owns the directory (taking it back first if an earlier run handed it over),
+    and the directory is handed to ``uid`` last.
+    """
     os.makedirs(path, exist_ok=True)
+    st = os.stat(path)
+    if stat.S_IMODE(st.st_mode) != 0o755:
+        if st.st_uid != os.geteuid():
+            os.chown(path, os.geteuid(), -1)
+        os.chmod(path, 0o755)
     os.chown(path, uid, uid)
-    os.chmod(path, 0o755)
     log.info("socket directory prepared", extra={"fields": {"path": path, "uid": uid}})
     return 0
 

@@ -257,3 +257,26 @@ def test_client_closes_descriptors_that_came_with_a_bad_reply(
     finally:
         client.close()
         fake.close()
+
+
+# -- init container ------------------------------------------------------------------------------------------
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root and setpriv")
+@pytest.mark.parametrize("state", ["created-by-kubelet", "prepared-before", "prepared-wrong-mode"])
+def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: str) -> None:
+    """As the DaemonSet runs it: root with every capability dropped but CHOWN (so no CAP_FOWNER)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "sock"
+    path.mkdir(mode=0o755)
+    os.chmod(path, 0o700 if state == "prepared-wrong-mode" else 0o755)
+    if state != "created-by-kubelet":
+        os.chown(path, 65532, 65532)
+    code = "import sys; from controller.cache.main import prepare_socket_dir; sys.exit(prepare_socket_dir(sys.argv[1], 65532))"
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all,+chown", "--", sys.executable, "-c", code, str(path)],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3],
+    )
+    assert result.returncode == 0, result.stderr
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65532, 65532, 0o755)
