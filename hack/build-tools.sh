@@ -73,6 +73,7 @@ one() {
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) build kubernetes "$1" "k8s.io/kubernetes/cmd/$1" ;;
     etcd) build etcd etcd . ;;
     helm) build helm helm helm.sh/helm/v3/cmd/helm ;;
+    kueue) build kueue kueue . ;;  # not in "all": only tests/e2e/test_kueue.py needs it
     crds) copy_crds ;;
     openapi) copy_openapi ;;
     *) echo "build-tools: unknown tool '$1'" >&2; exit 2 ;;
