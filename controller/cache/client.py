@@ -473,7 +473,9 @@ _CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudar
 
 @dataclass
 class PinnedRange:
-    """A registered range; keeps the view (and so the mapping) alive until ``unpin``."""
+    """A registered range; ``view`` is an export of its own over the pinned buffer, so the mapping stays mapped
+    until ``unpin`` even when the ``Shard`` is closed meanwhile (``Shard.close`` then leaves the unmapping to
+    the last reference)."""
 
     address: int
     length: int
@@ -484,6 +486,7 @@ class PinnedRange:
         if self.address:
             _check(self._cudart, self._cudart.cudaHostUnregister(ctypes.c_void_p(self.address)), "cudaHostUnregister")
             self.address = 0
+            self.view.release()
 
     def __enter__(self) -> "PinnedRange":
         return self
@@ -511,24 +514,43 @@ def load_cudart() -> Any:
 
 
 def pin(view: memoryview, *, device: int = 0) -> PinnedRange:
-    """Register the pages behind ``view`` with CUDA (read-only, portable) for direct host-to-device DMA."""
+    """Register the pages behind ``view`` with CUDA (read-only, portable) for direct host-to-device DMA.
+
+    ``view`` must be a non-empty contiguous buffer (a ``Shard.view`` or a slice of it). The returned range holds
+    an export of the buffer until ``unpin``, so closing the shard first cannot unmap pages CUDA still has
+    registered.
+    """
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be a CUDA device ordinal (int >= 0), not {device!r}")
+    held = memoryview(view)  # TypeError for a non-buffer; a new export keeps the mapping alive
+    if not held.contiguous or held.nbytes == 0:
+        held.release()
+        raise ValueError("can pin only a non-empty contiguous view")
+    try:
+        return _register(held, device)
+    except BaseException:
+        held.release()
+        raise
+
+
+def _register(held: memoryview, device: int) -> PinnedRange:
     cudart = load_cudart()
     count = ctypes.c_int(0)
     err = cudart.cudaGetDeviceCount(ctypes.byref(count))
     if err != 0 or count.value == 0:
         raise PinningUnavailable(f"no CUDA device visible (cudaGetDeviceCount: {_error_name(cudart, err)})")
+    if device >= count.value:
+        raise ValueError(f"device {device} does not exist ({count.value} CUDA device(s) visible)")
     supported = ctypes.c_int(0)
     err = cudart.cudaDeviceGetAttribute(
         ctypes.byref(supported), _CUDA_DEV_ATTR_HOST_REGISTER_READ_ONLY_SUPPORTED, device
     )
     if err != 0 or not supported.value:
         raise PinningUnavailable(f"device {device} cannot register read-only host memory ({_error_name(cudart, err)})")
-    address, length = buffer_address(view)
-    if length == 0:
-        raise ValueError("cannot pin an empty view")
+    address, length = buffer_address(held)
     flags = _CUDA_HOST_REGISTER_PORTABLE | _CUDA_HOST_REGISTER_READ_ONLY
     _check(cudart, cudart.cudaHostRegister(ctypes.c_void_p(address), ctypes.c_size_t(length), flags), "cudaHostRegister")
-    return PinnedRange(address, length, view, cudart)
+    return PinnedRange(address, length, held, cudart)
 
 
 def unpin(pinned: PinnedRange) -> None:

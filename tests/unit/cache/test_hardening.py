@@ -280,3 +280,65 @@ def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: st
     assert result.returncode == 0, result.stderr
     st = path.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65532, 65532, 0o755)
+
+
+# -- pin -----------------------------------------------------------------------------------------------------
+class _FakeCudart:
+    """A CUDA runtime with one device that supports read-only registration; records what is registered."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, int] = {}
+
+    def cudaGetDeviceCount(self, count: Any) -> int:  # noqa: N802 - mirrors the C symbol
+        count._obj.value = 1
+        return 0
+
+    def cudaDeviceGetAttribute(self, value: Any, attr: int, device: int) -> int:  # noqa: N802
+        value._obj.value = 1
+        return 0
+
+    def cudaHostRegister(self, address: Any, length: Any, flags: int) -> int:  # noqa: N802
+        self.registered[address.value] = length.value
+        return 0
+
+    def cudaHostUnregister(self, address: Any) -> int:  # noqa: N802
+        self.registered.pop(address.value)
+        return 0
+
+
+def test_pinned_range_keeps_the_mapping_alive_after_the_shard_is_closed(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controller.cache import client as client_module
+
+    cudart = _FakeCudart()
+    monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)
+    direct = CacheClient(socket_path="", dataset_root=str(dataset))
+    shard = direct.open(SHARDS[1])
+    pinned = client_module.pin(shard.view)
+    shard.close()  # while CUDA still has the range registered: must not unmap it
+    assert not shard._mapping.closed
+    assert bytes(pinned.view[:4]) == b"\x02" * 4
+    pinned.unpin()
+    assert cudart.registered == {}
+    shard.close()
+    assert shard._mapping.closed
+
+
+def test_pin_checks_its_arguments_before_touching_cuda(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.cache import client as client_module
+
+    cudart = _FakeCudart()
+    monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)
+    with pytest.raises(ValueError, match="device 1 does not exist"):
+        client_module.pin(memoryview(b"x" * 10), device=1)
+    for bad in ({"device": -1}, {"device": "0"}):
+        with pytest.raises(ValueError):
+            client_module.pin(memoryview(b"x" * 10), **bad)
+    with pytest.raises(ValueError):
+        client_module.pin(memoryview(bytearray(b"abcd"))[::2])  # not contiguous
+    with pytest.raises(ValueError):
+        client_module.pin(memoryview(b""))
+    with pytest.raises(TypeError):
+        client_module.pin(12345)  # type: ignore[arg-type]
+    assert cudart.registered == {}
