@@ -28,6 +28,7 @@ import logging
 import mmap
 import os
 import socket
+import stat as stat_module
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ ENV_DATASET_ROOT = "TRAINGUARD_DATASET_ROOT"
 ENV_CUDART = "TRAINGUARD_CUDART"
 DEFAULT_OPEN_BATCH = 32  # shards opened per round trip by open_shards
 _SCM_MAX_FD = 253  # the most descriptors Linux passes in one message
+_DIRECT_DIR_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_DIRECTORY
+_DIRECT_FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 
 log = logging.getLogger("trainguard.cache.client")
 
@@ -274,8 +277,8 @@ class CacheClient:
 
     def stat(self, name: str) -> ShardInfo:
         if self.mode == "direct":
-            path = self._direct_path(name)
-            st = os.stat(path)
+            fd, st = self._open_direct_fd(name)
+            os.close(fd)
             return ShardInfo(name, st.st_size, None, st.st_mtime_ns, None)
         reply, _ = self._request({"op": "stat", "shard": name})
         return _info(reply["shard"])
@@ -286,8 +289,11 @@ class CacheClient:
             found = []
             for directory, _, files in os.walk(root):
                 for f in files:
+                    real = os.path.realpath(os.path.join(directory, f))
+                    if os.path.commonpath([root, real]) != root or not os.path.isfile(real):
+                        continue  # what open would refuse: links leading outside, FIFOs, sockets, devices
                     rel = os.path.relpath(os.path.join(directory, f), root)
-                    found.append(ShardInfo(rel, os.path.getsize(os.path.join(directory, f))))
+                    found.append(ShardInfo(rel, os.path.getsize(real)))
             return sorted(found, key=lambda s: s.name)
         shards: list[ShardInfo] = []
         offset: int | None = 0
@@ -317,14 +323,44 @@ class CacheClient:
             raise CacheError("OutsideRoot", f"shard {name!r} resolves outside {root}")
         return real
 
-    def _open_direct(self, name: str) -> Shard:
-        path = self._direct_path(name)
+    def _open_direct_fd(self, name: str) -> tuple[int, os.stat_result]:
+        """A read-only descriptor of the regular file ``name`` names below the dataset root, with the agent's
+        rules: the resolved path is opened by walking down from the root with O_NOFOLLOW at every component (a
+        symlink swapped in after the check fails instead of leading outside), O_NONBLOCK (a FIFO cannot block
+        the training process), and only a regular file is accepted."""
+        real = self._direct_path(name)
+        root = os.path.realpath(self.dataset_root or ".")
+        parts = [] if real == root else os.path.relpath(real, root).split("/")
+        if not parts or any(part in ("", ".", "..") for part in parts):
+            raise CacheError("NotFound", f"{name!r} is not a regular file")
+        dir_fd = -1
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for part in parts[:-1]:
+                below = os.open(part, _DIRECT_DIR_FLAGS, dir_fd=dir_fd)
+                os.close(dir_fd)
+                dir_fd = below
+            fd = os.open(parts[-1], _DIRECT_FILE_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             raise CacheError("NotFound", f"no shard named {name!r} under {self.dataset_root}") from None
+        except OSError as exc:  # ELOOP / ENOTDIR: a symlink was swapped in after the check
+            raise CacheError("OutsideRoot", f"shard {name!r} changed while opening: {exc}") from None
+        finally:
+            if dir_fd >= 0:
+                os.close(dir_fd)
         try:
             st = os.fstat(fd)
+            if not stat_module.S_ISREG(st.st_mode):
+                raise CacheError("NotFound", f"{name!r} is not a regular file")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+    def _open_direct(self, name: str) -> Shard:
+        fd, st = self._open_direct_fd(name)
+        try:
             mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) if st.st_size else None
         finally:
             os.close(fd)

@@ -342,3 +342,50 @@ def test_pin_checks_its_arguments_before_touching_cuda(dataset: Path, monkeypatc
     with pytest.raises(TypeError):
         client_module.pin(12345)  # type: ignore[arg-type]
     assert cudart.registered == {}
+
+
+# -- client fallback (no agent) ------------------------------------------------------------------------------
+def test_fallback_does_not_follow_a_symlink_swapped_in_after_the_check(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct = CacheClient(socket_path="", dataset_root=str(dataset))
+    target = dataset / SHARDS[1]
+    real_check = CacheClient._direct_path
+
+    def check_then_swap(self: CacheClient, name: str) -> str:
+        path = real_check(self, name)
+        target.unlink()
+        os.symlink(dataset.parent / "secret.txt", target)  # after the check, before the open
+        return path
+
+    monkeypatch.setattr(CacheClient, "_direct_path", check_then_swap)
+    with pytest.raises(CacheError) as err:
+        direct.open(SHARDS[1]).close()
+    assert err.value.code == "OutsideRoot"
+
+
+def test_fallback_refuses_special_files_without_blocking(dataset: Path) -> None:
+    import threading
+
+    target = dataset / SHARDS[1]
+    _fifo_over(target)
+    direct = CacheClient(socket_path="", dataset_root=str(dataset))
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            direct.open(SHARDS[1]).close()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(3)
+    _wake_fifo_reader(target)
+    worker.join(3)
+    assert outcome and isinstance(outcome[0], CacheError) and outcome[0].code == "NotFound"
+    with pytest.raises(CacheError):
+        direct.open("train")  # a directory
+    assert SHARDS[1] not in [s.name for s in direct.list_shards()]
+    assert "train/escape.bin" not in [s.name for s in direct.list_shards()]
