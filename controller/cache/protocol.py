@@ -87,8 +87,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
     """Parse one frame body; raise ``ProtocolError(MALFORMED)`` for anything but a JSON object."""
     try:
         message = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(ErrorCode.MALFORMED, f"frame is not UTF-8 JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8/JSON, an int over 4300 digits, nesting too deep
+        raise ProtocolError(ErrorCode.MALFORMED, f"frame is not UTF-8 JSON: {str(exc)[:200]}") from None
     if not isinstance(message, dict):
         raise ProtocolError(ErrorCode.MALFORMED, "frame must hold a JSON object")
     return message
@@ -104,6 +104,10 @@ def validate_shard_name(name: Any) -> str:
         raise ProtocolError(ErrorCode.MALFORMED, "field 'shard' must be a non-empty string")
     if "\x00" in name:
         raise ProtocolError(ErrorCode.INVALID_NAME, "shard name must not contain NUL")
+    try:  # lone surrogates (JSON "\ud800") name no file; surrogateescape keeps non-UTF-8 names from disk
+        name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name {name!r} is not encodable as a file name") from None
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise ProtocolError(ErrorCode.INVALID_NAME, f"shard name longer than {MAX_NAME_BYTES} bytes")
     if name.startswith("/"):

@@ -389,3 +389,32 @@ def test_fallback_refuses_special_files_without_blocking(dataset: Path) -> None:
         direct.open("train")  # a directory
     assert SHARDS[1] not in [s.name for s in direct.list_shards()]
     assert "train/escape.bin" not in [s.name for s in direct.list_shards()]
+
+
+# -- protocol garbage ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b"[" * 5000 + b"]" * 5000, "Malformed"),  # nesting deeper than the JSON decoder's recursion limit
+        (b'{"op":"list","offset":' + b"9" * 5000 + b"}", "Malformed"),  # int over Python's 4300-digit limit
+        (b'{"op":"open","shard":"train/\\ud800.bin"}', "InvalidName"),  # lone surrogate
+        (b'{"op":"open_many","shards":["train/\\udfff"]}', "InvalidName"),
+    ],
+    ids=["deep", "huge-int", "surrogate", "surrogate-in-batch"],
+)
+def test_garbage_is_refused_with_its_code_not_internal(dataset: Path, start_agent: Any, body: bytes, code: str) -> None:
+    import json
+    import socket
+    import struct
+
+    agent = start_agent(dataset)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(agent.config.socket_path)
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+            data += sock.recv(65536)
+        reply = json.loads(data[4:])
+        error = reply["error"] if "error" in reply else reply["shards"][0]["error"]
+        assert error["code"] == code
