@@ -12,7 +12,7 @@ mincore; ``trainguard.io/cache-shards``: shards indexed; ``trainguard.io/cache-w
 set was resident) every few seconds when the
 value changes. The pod name comes from the downward API. ``compute_status`` sums the ready pods' figures. Why
 annotations rather than scraping ``/metrics``: the reconciler then needs only the pod list it already watches,
-no network path to every node. The price is a Role allowing ``get``/``patch`` on pods in the cache's namespace
+no network path to every node. The price is a Role allowing ``patch`` on pods in the cache's namespace
 (Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated).
 
 Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
@@ -263,7 +263,7 @@ def build_daemonset(
 
 
 def build_agent_rbac(cache: Any) -> list[dict]:
-    """ServiceAccount, Role (get/patch pods) and RoleBinding the agents use to annotate their own Pod."""
+    """ServiceAccount, Role (patch pods) and RoleBinding the agents use to annotate their own Pod."""
     spec = cache_spec(cache)
     name = agent_name(spec.name)
     labels = selector_labels(spec.name)
@@ -279,7 +279,9 @@ def build_agent_rbac(cache: Any) -> list[dict]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": dict(meta),
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}],
+            # patch only: the reporter sends a merge patch and never reads the Pod. RBAC cannot name the
+            # agent's own (generated) Pod, so this still allows patching any Pod in the namespace.
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -151,7 +151,7 @@ def test_long_names_stay_valid_label_values() -> None:
 def test_rbac_lets_agents_patch_pods_only() -> None:
     sa, role, binding = build_agent_rbac(cache())
     assert sa["kind"] == "ServiceAccount" and sa["metadata"]["name"] == agent_name("imagenet")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]  # never reads
     assert binding["subjects"][0]["name"] == sa["metadata"]["name"]
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for o in (sa, role, binding))
 
