@@ -163,8 +163,11 @@ class CacheAgent:
         async with self._maintain_lock:
             await asyncio.to_thread(self._maintain_blocking, list(self.index.entries.values()))
         self._publish_index_metrics()
-        total = sum(e.resident for e in self.index.entries.values())
-        report = (total, len(self.index.entries), self.ready)
+        # list() copies the values in one C call, which a scan in a worker thread cannot interleave with; a
+        # generator over the live dict could raise "dictionary changed size during iteration".
+        entries = list(self.index.entries.values())
+        total = sum(e.resident for e in entries)
+        report = (total, len(entries), self.ready)
         if self.reporter is not None and self._last_report != report:
             try:
                 await self.reporter(*report)
@@ -323,8 +326,10 @@ class CacheAgent:
         offset, limit = request.get("offset", 0), request.get("limit", LIST_PAGE_LIMIT)
         if not _is_int(offset) or not _is_int(limit) or offset < 0 or not 0 < limit <= LIST_PAGE_LIMIT:
             raise ProtocolError(ErrorCode.MALFORMED, f"'offset' must be >= 0 and 'limit' within 1..{LIST_PAGE_LIMIT}")
-        names = sorted(self.index.entries)
-        page = [{"name": n, "size": self.index.entries[n].size} for n in names[offset : offset + limit]]
+        # One snapshot of the index (a scan in a worker thread may add or drop entries meanwhile).
+        snapshot = dict(self.index.entries)
+        names = sorted(snapshot)
+        page = [{"name": n, "size": snapshot[n].size} for n in names[offset : offset + limit]]
         following = offset + limit if offset + limit < len(names) else None
         return {"ok": True, "shards": page, "total": len(names), "next": following}
 
