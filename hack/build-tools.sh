@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds the pinned Kubernetes control plane, etcd, kubectl and helm from the Go modules under hack/tools/, and
-# copies the upstream CRD manifests (JobSet, Kueue, scheduler-plugins PodGroup) and the apiserver's OpenAPI v3
-# documents out of the Go module cache. Everything lands in a cache directory outside the repo:
+# Builds the pinned Kubernetes control plane, etcd, kubectl, helm, kwok and the JobSet controller from the Go
+# modules under hack/tools/, and copies the upstream CRD manifests (JobSet, Kueue, scheduler-plugins PodGroup) and
+# the apiserver's OpenAPI v3 documents out of the Go module cache. Everything lands in a cache directory outside
+# the repo:
 #   ${TRAINGUARD_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/bin/<version>}
 # Idempotent: whatever is already there is skipped. Prints the directory as its last line.
 #
-# usage: hack/build-tools.sh [all|control-plane|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
-#        kube-scheduler kubectl etcd helm crds openapi; default: all)
+# usage: hack/build-tools.sh [all|control-plane|e2e|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
+#        kube-scheduler kubectl etcd helm crds openapi kwok jobset; default: all)
+#   e2e: what hack/e2e-cluster.sh runs (the control plane plus kube-controller-manager, kube-scheduler, kwok and
+#        the JobSet controller); kwok also copies its upstream Stage manifests, jobset its webhook and RBAC config.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +59,21 @@ copy_crds() {
   touch "$dest/.complete"
 }
 
+# copy_from_module MODULE_DIR MODULE_PATH NAME SRC_SUBDIR...: upstream manifests a built tool needs at run time,
+# copied out of the Go module cache into $bin_dir/NAME/<subdir> (kwok's Stage objects, JobSet's webhook and RBAC).
+copy_from_module() {
+  local mod=$1 path=$2 name=$3; shift 3
+  local dest=$bin_dir/$name
+  if [[ -f "$dest/.complete" ]]; then log "$name: cached"; return; fi
+  log "$name: copying $* from $path ..."
+  rm -rf "$dest" && mkdir -p "$dest"
+  local d sub
+  d=$(module_dir "$mod" "$path")
+  for sub in "$@"; do mkdir -p "$dest/$sub" && cp -R "$d/$sub/." "$dest/$sub/"; done
+  chmod -R u+w "$dest"
+  touch "$dest/.complete"
+}
+
 copy_openapi() {
   local dest=$bin_dir/openapi
   if [[ -f "$dest/.complete" ]]; then log "openapi: cached"; return; fi
@@ -76,6 +94,12 @@ one() {
     kueue) build kueue kueue . ;;  # not in "all": only tests/e2e/test_kueue.py needs it
     crds) copy_crds ;;
     openapi) copy_openapi ;;
+    kwok)
+      build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+      copy_from_module kwok sigs.k8s.io/kwok kwok-manifests kustomize/stage ;;
+    jobset)
+      build jobset jobset-controller sigs.k8s.io/jobset
+      copy_from_module jobset sigs.k8s.io/jobset jobset-manifests config/components/webhook config/components/rbac ;;
     *) echo "build-tools: unknown tool '$1'" >&2; exit 2 ;;
   esac
 }
@@ -85,8 +109,9 @@ targets=("$@")
 total_start=$SECONDS
 for t in "${targets[@]}"; do
   case $t in
-    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler; do one "$x"; done ;;
+    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler kwok jobset; do one "$x"; done ;;
     control-plane) for x in etcd kube-apiserver kubectl crds openapi; do one "$x"; done ;;
+    e2e) for x in etcd kube-apiserver kubectl crds openapi kube-controller-manager kube-scheduler kwok jobset; do one "$x"; done ;;
     *) one "$t" ;;
   esac
 done
