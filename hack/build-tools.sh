@@ -33,7 +33,10 @@ build() {
   if [[ -x "$bin_dir/$out" ]]; then log "$out: cached"; return; fi
   log "$out: building $pkg (module hack/tools/$mod) ..."
   local start=$SECONDS
-  (cd "$here/tools/$mod" && go build -ldflags='-s -w' -o "$bin_dir/$out.tmp" "$pkg")
+  # Kubernetes binaries report their version (/version, kubectl version): unstamped they say v0.0.0-master+$Format:%H$,
+  # which version-checking clients cannot parse (Kueue's manager exits on it).
+  local ldflags='-s -w'; [[ $mod != kubernetes ]] || ldflags+=" -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  (cd "$here/tools/$mod" && go build -ldflags="$ldflags" -o "$bin_dir/$out.tmp" "$pkg")
   mv "$bin_dir/$out.tmp" "$bin_dir/$out"
   log "$out: built in $((SECONDS - start)) s"
 }
