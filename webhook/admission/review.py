@@ -95,29 +95,29 @@ def _printable(text: str) -> str:
 
 
 def bound_warnings(warnings: Any) -> list[str]:
-    """Warnings as the apiserver will pass them on: printable, unique, each at most ``WARNING_MAX_RUNES`` and all
-    together at most ``WARNINGS_TOTAL_RUNES`` (Python string length counts code points, as Go counts runes).
-    What does not fit is replaced by one closing note saying how many were left out."""
-    out: list[str] = []
-    seen: set[str] = set()
-    total = 0
-    omitted = 0
-    note_room = 64  # kept free for the closing note
+    """Warnings as the apiserver will pass them on: printable and unique. Like the apiserver, long warnings are kept
+    whole while all of them fit in ``WARNINGS_TOTAL_RUNES`` (Python string length counts code points, as Go counts
+    runes); only past that is every warning cut to ``WARNING_MAX_RUNES`` and the rest left out, which we do
+    ourselves so the cut ends in "..." and a closing note says how many were left out."""
+    texts: list[str] = []
     for w in warnings or ():
-        if not isinstance(w, str):
-            continue
-        text = _printable(w)
+        if isinstance(w, str):
+            text = _printable(w)
+            if text and text not in texts:
+                texts.append(text)
+    if sum(len(t) for t in texts) <= WARNINGS_TOTAL_RUNES:
+        return texts
+    out: list[str] = []
+    total = 0
+    note_room = 64  # kept free for the closing note
+    for text in texts:
         if len(text) > WARNING_MAX_RUNES:
             text = text[: WARNING_MAX_RUNES - len(_ELLIPSIS)].rstrip() + _ELLIPSIS
-        if not text or text in seen:
-            continue
         if total + len(text) > WARNINGS_TOTAL_RUNES - note_room:
-            omitted += 1
-            continue
-        seen.add(text)
+            break
         out.append(text)
         total += len(text)
-    if omitted:
+    if omitted := len(texts) - len(out):
         out.append(f"trainguard: {omitted} more warning{'s' if omitted > 1 else ''} omitted (size limit)")
     return out
 

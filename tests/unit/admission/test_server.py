@@ -324,3 +324,13 @@ async def test_warnings_are_bounded_to_what_the_apiserver_passes_on() -> None:
     assert not any(c in w for w in warnings for c in "\n\t\r")
     assert sum(len(w) for w in warnings) <= WARNINGS_TOTAL_RUNES
     assert warnings[-1].startswith("trainguard: ") and "more warnings omitted" in warnings[-1]
+
+
+def test_long_warnings_are_kept_whole_while_all_fit() -> None:
+    """The apiserver cuts warnings to 256 runes only once a request's warnings pass 4096 in total: a single long
+    Audit finding (a topology message with all its numbers) must reach the user whole."""
+    from webhook.admission.review import WARNING_MAX_RUNES, bound_warnings
+
+    long = "spec.trainer: fits no topology level of TrainJobPolicy: " + "n" * 400
+    assert len(long) > WARNING_MAX_RUNES
+    assert bound_warnings([long, "short", "short"]) == [long, "short"]
