@@ -7,7 +7,7 @@
 # Idempotent: whatever is already there is skipped. Prints the directory as its last line.
 #
 # usage: hack/build-tools.sh [all|control-plane|e2e|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
-#        kube-scheduler kubectl etcd helm crds openapi kwok jobset; default: all)
+#        kube-scheduler kubectl etcd helm crds openapi kwok jobset kueue; default: all)
 #   e2e: what hack/e2e-cluster.sh runs (the control plane plus kube-controller-manager, kube-scheduler, kwok and
 #        the JobSet controller); kwok also copies its upstream Stage manifests, jobset its webhook and RBAC config.
 set -euo pipefail
@@ -94,7 +94,7 @@ one() {
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) build kubernetes "$1" "k8s.io/kubernetes/cmd/$1" ;;
     etcd) build etcd etcd . ;;
     helm) build helm helm helm.sh/helm/v3/cmd/helm ;;
-    kueue) build kueue kueue . ;;  # not in "all": only tests/e2e/test_kueue.py needs it
+    kueue) build kueue kueue . ;;
     crds) copy_crds ;;
     openapi) copy_openapi ;;
     kwok)
@@ -112,7 +112,8 @@ targets=("$@")
 total_start=$SECONDS
 for t in "${targets[@]}"; do
   case $t in
-    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler kwok jobset; do one "$x"; done ;;
+    # everything `make test` runs (up front, so a cold build never happens inside a test fixture)
+    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler kwok jobset kueue; do one "$x"; done ;;
     control-plane) for x in etcd kube-apiserver kubectl crds openapi; do one "$x"; done ;;
     e2e) for x in etcd kube-apiserver kubectl crds openapi kube-controller-manager kube-scheduler kwok jobset; do one "$x"; done ;;
     *) one "$t" ;;
