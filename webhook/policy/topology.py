@@ -28,7 +28,12 @@ KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 KUEUE_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
-KUEUE_TOPOLOGY_KEYS = (KUEUE_REQUIRED, KUEUE_PREFERRED, KUEUE_UNCONSTRAINED, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE)
+# Kueue 0.17 (feature gate TASMultiLayerTopology): up to 3 slice layers as JSON; its webhook forbids it beside the
+# two-level slice annotations, so a template or patch that carries it has declared its topology.
+KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+# Any of these on the replicatedJob's pod template (runtime or another manager's patch): trainguard adds no Kueue hint.
+KUEUE_TOPOLOGY_KEYS = (KUEUE_REQUIRED, KUEUE_PREFERRED, KUEUE_UNCONSTRAINED, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE,
+                       KUEUE_SLICE_CONSTRAINTS)
 KAI_TOPOLOGY = "kai.scheduler/topology"
 KAI_REQUIRED = "kai.scheduler/topology-required-placement"
 KAI_PREFERRED = "kai.scheduler/topology-preferred-placement"

@@ -104,15 +104,23 @@ def test_topology_patch_written_once_first_and_rewritten_in_place():
     assert pod_annotations(policy_patches(again)[0])["kueue.x-k8s.io/podset-required-topology"] == "nvidia.com/gpu.clique"
 
 
+PREFERRED_HOST = {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}
+MULTI_LAYER = {"kueue.x-k8s.io/podset-slice-required-topology-constraints":
+               '[{"topology": "nvidia.com/gpu.clique", "size": 4}, {"topology": "kubernetes.io/hostname", "size": 2}]'}
+
+
 @pytest.mark.parametrize(
-    ("case", "where"),
+    ("case", "where", "ann"),
     [
-        ("user patch declares Kueue topology", "patch"),
-        ("runtime declares Kueue topology", "runtime"),
+        ("user patch declares Kueue topology", "patch", PREFERRED_HOST),
+        ("runtime declares Kueue topology", "runtime", PREFERRED_HOST),
+        # Kueue 0.17 multi-layer slices: its webhook denies them beside podset-slice-required-topology / -size (found
+        # by tests/e2e/test_kueue_topology.py against the real Kueue), so trainguard must not add its own.
+        ("user patch declares Kueue multi-layer slices", "patch", MULTI_LAYER),
+        ("runtime declares Kueue multi-layer slices", "runtime", MULTI_LAYER),
     ],
 )
-def test_declared_topology_wins(case, where):
-    ann = {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}
+def test_declared_topology_wins(case, where, ann):
     rt, patches = runtime(), None
     if where == "runtime":
         rt = runtime({"name": "node", "template": {"metadata": {"labels": {
