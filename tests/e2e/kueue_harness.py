@@ -97,6 +97,8 @@ class KueueProcess:
     webhook_port: int = field(default_factory=_free_port)
     health_port: int = field(default_factory=_free_port)
     ca_pem: bytes = b""
+    # Extra --feature-gates (name -> on/off), after the harness's own VisibilityOnDemand=false.
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,7 +138,8 @@ class KueueProcess:
         config = self.write_config()
         args = [str(self.binary), "--config", str(config), "--kubeconfig", self.kubeconfig,
                 # The on-demand visibility API server would need an APIService and its own certificates.
-                "--feature-gates", "VisibilityOnDemand=false",
+                "--feature-gates", ",".join(["VisibilityOnDemand=false"] + [
+                    f"{name}={str(on).lower()}" for name, on in self.feature_gates.items()]),
                 # Kueue's metrics server reads its certificate from this directory when internal cert management is
                 # off (hack/tools/kueue/main.go); metrics are not served (bindAddress 0), the file must still exist.
                 "--zap-log-level", "3"]
