@@ -4,7 +4,9 @@ Event handlers only turn a watch event into a queue key (they never block):
 * TrainJob -> itself; JobSet / ConfigMap / Secret / PodGroup -> their controlling TrainJob owner;
 * TrainingRuntime / ClusterTrainingRuntime -> the unfinished TrainJobs that reference it (a runtime created after
   its jobs unblocks them at once instead of at the next backoff);
-* DatasetCache -> itself and the TrainJobs in its namespace that name it; DaemonSet / agent Pod -> their cache.
+* DatasetCache -> itself and the TrainJobs in its namespace that name it; DaemonSet / agent Pod -> their cache;
+  a trainer Pod still held by the scheduling gate ``trainguard.io/dataset-cache-warm`` -> the cache it waits for
+  (its label ``trainguard.io/waits-for-dataset-cache``; see ``gates``).
 
 Caches run on every replica (a standby is warm and can take over at once); workers run only on the leader. The
 initial list delivers ADDED for every object, so a new leader re-reconciles everything: nothing is lost when a
@@ -23,6 +25,7 @@ from typing import Any
 from controller.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
 from controller.reconcile.datasetcache import DatasetCacheReconciler
 from controller.reconcile.events import EventRecorder
+from controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
 from controller.reconcile.metrics import Metrics, start_counting
 from controller.reconcile.queue import ShutDown, WorkQueue
@@ -39,6 +42,7 @@ from webhook.kube.resources import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
+from webhook.runtime.dataset_cache import WAITS_FOR_LABEL
 from webhook.runtime.names import DATASET_CACHE_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -104,10 +108,12 @@ class Controller:
         self.dataset_caches = informer(DATASET_CACHES)
         self.daemonsets = informer(DAEMONSETS, label_selector=f"{LABEL_COMPONENT}={COMPONENT}")
         self.agent_pods = informer(PODS, label_selector=f"{LABEL_COMPONENT}={COMPONENT}")
+        # Trainer pods held until their DatasetCache is warm: metadata and scheduling gates only.
+        self.gated_pods = informer(PODS, label_selector=WAITS_FOR_LABEL, transform=gated_pod_view)
         self.podgroups = [informer(COSCHEDULING_PODGROUPS), informer(VOLCANO_PODGROUPS)] if settings.watch_podgroups else []
         self._informers = [self.trainjobs, self.jobsets, self.configmaps, self.secrets, self.training_runtimes,
                            self.cluster_training_runtimes, self.dataset_caches, self.daemonsets, self.agent_pods,
-                           *self.podgroups]
+                           self.gated_pods, *self.podgroups]
         # PodGroup CRDs are optional (scheduler-plugins / Volcano may not be installed): they do not gate readiness.
         self._required = self._informers[: len(self._informers) - len(self.podgroups)]
 
@@ -125,7 +131,7 @@ class Controller:
         )
         self.cache_reconciler = DatasetCacheReconciler(
             kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
-            agent_image=settings.cache_agent_image,
+            agent_image=settings.cache_agent_image, gated_pods=self.gated_pods, trainjobs=self.trainjobs,
         )
         self._wire_handlers()
         self._workers: list[asyncio.Task[None]] = []
@@ -172,6 +178,14 @@ class Controller:
 
         self.daemonsets.add_handler(agent_changed)
         self.agent_pods.add_handler(agent_changed)
+
+        def gated_pod_changed(ev: CacheEvent) -> None:
+            if ev.type == "DELETED":
+                return
+            for ns, cache in pods_to_cache_keys([ev.obj]):
+                add((DATASET_CACHE, ns, cache))
+
+        self.gated_pods.add_handler(gated_pod_changed)
 
     def start_caches(self) -> None:
         for inf in self._informers:

@@ -255,6 +255,13 @@ class DatasetCacheSpec(KubeModel):
         "PriorityClass of the cache agent pods, so they are not preempted before the training pods that read "
         "from them.", max_length=253,
     )
+    hold_trainers_until_warm: bool | None = spec_field(
+        "Hold the trainer pods of TrainJobs that use this cache (annotation trainguard.io/dataset-cache) with the "
+        "scheduling gate trainguard.io/dataset-cache-warm until the cache is warm on every node it selects "
+        "(status.nodesReady == status.nodesDesired > 0): gated pods have no node yet, and they will land on some "
+        "of the selected nodes. Default false: trainer pods start at once and read the files directly while the "
+        "cache warms. Read when a TrainJob's JobSet is built; turning it off releases pods already held."
+    )
 
 
 class DatasetCacheStatus(KubeModel):

@@ -6,6 +6,12 @@ host directory; this module mounts that directory read-only into the trainer con
 code where the socket is. The host-path convention lives here, not in ``controller/``, because both sides need
 it and ``webhook/`` must never import ``controller/``.
 
+When the DatasetCache sets ``spec.holdTrainersUntilWarm``, the trainer pod templates also get the scheduling gate
+``trainguard.io/dataset-cache-warm`` and the label ``trainguard.io/waits-for-dataset-cache: <cache>``; the
+reconciler (``controller.reconcile.gates``) removes exactly that gate once the cache reports Ready. A gated pod has
+no node yet, so "warm on its nodes" can only mean "warm on every node the cache selects" (``status.nodesReady ==
+status.nodesDesired > 0``): the pod will land on one of them, and no cheaper test can know which.
+
 Pure: no I/O, no clock. The input JobSet is never mutated; applying the wiring twice gives the same JobSet.
 """
 
@@ -31,6 +37,11 @@ SOCKET_VOLUME_NAME = "trainguard-dataset-cache"
 
 ENV_CACHE_SOCKET = "TRAINGUARD_CACHE_SOCKET"
 ENV_DATASET = "TRAINGUARD_DATASET"
+
+# Opt-in hold (DatasetCache spec.holdTrainersUntilWarm): the gate on the trainer pods and the label naming the cache
+# they wait for (the reconciler watches pods by this label; a label value fits: cache names are at most 52 chars).
+WARM_GATE = "trainguard.io/dataset-cache-warm"
+WAITS_FOR_LABEL = "trainguard.io/waits-for-dataset-cache"
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_CONTAINER = "node"
@@ -65,14 +76,21 @@ def referenced_cache_name(trainjob: Mapping[str, Any]) -> str | None:
     return value if value else None
 
 
+def holds_trainers(dataset_cache: Mapping[str, Any] | None) -> bool:
+    """Whether ``dataset_cache`` asks for trainer pods to be held until it is warm (``spec.holdTrainersUntilWarm``)."""
+    return bool(((dataset_cache or {}).get("spec") or {}).get("holdTrainersUntilWarm"))
+
+
 def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache: Mapping[str, Any]) -> dict:
     """Return a copy of ``jobset`` whose trainer containers can reach ``dataset_cache``'s agent.
 
     For every replicatedJob that is the trainer ancestor (label ``trainer.kubeflow.org/trainjob-ancestor-step:
     trainer``) or is named ``node`` (MPI workers), the pod gets a read-only hostPath volume of the cache's socket
     directory and its ``node`` container gets the mount plus ``TRAINGUARD_CACHE_SOCKET`` and
-    ``TRAINGUARD_DATASET``. Volumes are upserted by name, mounts by mountPath and env by name, so the result is
-    idempotent. Raises ``DatasetCacheWiringError`` when the TrainJob does not reference this cache, the namespaces
+    ``TRAINGUARD_DATASET``. When the cache opts into ``holdTrainersUntilWarm``, the pod template also gets the
+    scheduling gate ``WARM_GATE`` (after any gates already there, which are kept) and the label
+    ``WAITS_FOR_LABEL: <cache>``. Volumes are upserted by name, mounts by mountPath, env and gates by name, so the
+    result is idempotent. Raises ``DatasetCacheWiringError`` when the TrainJob does not reference this cache, the namespaces
     differ, or no trainer container exists.
     """
     errors: list[FieldError] = []
@@ -103,18 +121,22 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
         {"name": ENV_DATASET, "value": cache_name},
     ]
 
+    hold = holds_trainers(dataset_cache)
     wired = copy.deepcopy(jobset)
     found = False
     for index, rjob in enumerate((wired.get("spec") or {}).get("replicatedJobs") or []):
         if not _is_trainer_job(rjob):
             continue
-        pod_spec = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
-        pod_spec = pod_spec.setdefault("spec", {})
+        pod_template = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        pod_spec = pod_template.setdefault("spec", {})
         containers = [c for c in pod_spec.get("containers") or [] if c.get("name") == TRAINER_CONTAINER]
         if not containers:
             continue
         found = True
         _upsert(pod_spec.setdefault("volumes", []), volume, key="name")
+        if hold:
+            _upsert(pod_spec.setdefault("schedulingGates", []), {"name": WARM_GATE}, key="name")
+            pod_template.setdefault("metadata", {}).setdefault("labels", {})[WAITS_FOR_LABEL] = cache_name
         for container in containers:
             _upsert(container.setdefault("volumeMounts", []), mount, key="mountPath")
             for var in env:

@@ -92,5 +92,10 @@ def test_trainguard_models_parse():
     cache = DatasetCache.parse({"spec": {"source": {"hostPath": {"path": "/data"}, "shards": "*.arrow"},
                                          "memoryBudget": "64Gi"}})
     assert cache.spec.memory_budget == "64Gi"
+    assert cache.spec.hold_trainers_until_warm is None  # opt-in: absent means do not hold the trainer pods
+    held = DatasetCache.parse({"spec": {"source": {"hostPath": {"path": "/data"}, "shards": "*.arrow"},
+                                        "memoryBudget": "64Gi", "holdTrainersUntilWarm": True}})
+    assert held.spec.hold_trainers_until_warm is True
+    assert held.dump()["spec"]["holdTrainersUntilWarm"] is True
     with pytest.raises(ValidationError):
         TrainJobPolicy.parse({"spec": {"mode": "Sometimes"}})

@@ -172,7 +172,7 @@ cache = obj({"apiVersion": st.just("trainguard.io/v1alpha1"), "kind": st.just("D
                  obj({"hostPath": obj({"path": st.just("/data")}), "shards": st.just("*.arrow")}),
                  obj({"persistentVolumeClaim": obj({"claimName": names}, {"path": st.just("ds")}),
                       "shards": st.just("train-*.parquet")})),
-                 "memoryBudget": quantity}, {"nodeSelector": string_map})},
+                 "memoryBudget": quantity}, {"nodeSelector": string_map, "holdTrainersUntilWarm": st.booleans()})},
             {"status": obj({}, {"nodesReady": small_int, "bytesResident": st.integers(0, 2**40)})})
 
 
