@@ -16,25 +16,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=hack/versions.sh
 source "$here/versions.sh"
+# shellcheck source=hack/lib.sh
+source "$here/lib.sh"
 
 state=${TRAINGUARD_CLUSTER_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/trainguard/cluster}
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { printf 'cluster: error: %s\n' "$*" >&2; exit 1; }
 
-# alive PIDFILE BINARY: the process recorded in PIDFILE is still the BINARY we started (pids get reused).
-alive() {
-  local pid
-  [[ -f $1 ]] || return 1
-  pid=$(<"$1")
-  [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
-}
-
 running() { alive "$state/etcd.pid" "/etcd" || alive "$state/kube-apiserver.pid" "/kube-apiserver"; }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
 
 # Certificates: one CA signs the apiserver's serving certificate and the admin client certificate.
 make_pki() {

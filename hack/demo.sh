@@ -13,6 +13,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
 export TRAINGUARD_CLUSTER_DIR=${TRAINGUARD_DEMO_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/trainguard/demo}
 py=$repo/.venv/bin
 logs=$(mktemp -d -t trainguard-demo-XXXX)
@@ -39,7 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_until() {  # wait_until SECONDS DESCRIPTION COMMAND...
   local deadline=$((SECONDS + $1)) what=$2; shift 2
   until "$@" >/dev/null 2>&1; do

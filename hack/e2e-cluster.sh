@@ -27,6 +27,8 @@
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=hack/lib.sh
+source "$here/lib.sh"
 export TRAINGUARD_CLUSTER_DIR=${TRAINGUARD_CLUSTER_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/trainguard/e2e-cluster}
 state=$TRAINGUARD_CLUSTER_DIR
 e2e=$state/e2e
@@ -38,19 +40,6 @@ components=(kube-controller-manager kube-scheduler kwok jobset-controller)
 
 log() { printf 'e2e-cluster: %s\n' "$*" >&2; }
 die() { printf 'e2e-cluster: error: %s\n' "$*" >&2; exit 1; }
-
-# alive PIDFILE BINARY: the process recorded in PIDFILE is still the BINARY we started (pids get reused).
-alive() {
-  local pid
-  [[ -f $1 ]] || return 1
-  pid=$(<"$1")
-  [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
 
 # client_kubeconfig NAME CN [O]: a client certificate signed by the cluster CA and a kubeconfig that uses it.
 client_kubeconfig() {
