@@ -35,7 +35,7 @@ test: setup tools
 	$(PY) -m pytest
 
 test-unit: setup
-	$(PY) -m pytest -m "not cluster"
+	$(PY) -m pytest -m "not cluster and not tools"
 
 test-integration: setup tools
 	$(PY) -m pytest -m cluster

@@ -32,6 +32,7 @@ def at(node: dict, path: str) -> dict:
     return node
 
 
+@pytest.mark.tools
 def test_generated_crds_are_up_to_date(tmp_path):
     """Regenerate into a temp dir and compare byte for byte (needs hack/build-tools.sh openapi crds: Go)."""
     proc = subprocess.run([sys.executable, str(REPO / "hack" / "gen_crds.py"), "--out", str(tmp_path)],
