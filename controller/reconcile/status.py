@@ -33,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
 from webhook.api import constants as api_constants
-from webhook.api.constants import LABEL_STATE
+from webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
 
 Object = dict[str, Any]
 
@@ -64,7 +64,7 @@ STATE_SUSPENDED = "Suspended"
 STATE_COMPLETE = "Complete"
 STATE_FAILED = "Failed"
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_LABEL = LABEL_TRAINJOB_ANCESTOR
 _JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")
 
 

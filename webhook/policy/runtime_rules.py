@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.api.constants import LABEL_TRAINJOB_ANCESTOR
 from webhook.field import FieldError, duplicate, forbidden, invalid
 
 Object = dict[str, Any]
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_LABEL = LABEL_TRAINJOB_ANCESTOR
 ANCESTOR_CONTAINER = {
     "trainer": "node",
     "dataset-initializer": "dataset-initializer",

@@ -21,7 +21,7 @@ import copy
 import re
 from typing import Any, Mapping
 
-from webhook.api.constants import ANNOTATION_DATASET_CACHE
+from webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
 from webhook.field import FieldError, aggregate, invalid, required
 
 DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
@@ -43,7 +43,7 @@ ENV_DATASET = "TRAINGUARD_DATASET"
 WARM_GATE = "trainguard.io/dataset-cache-warm"
 WAITS_FOR_LABEL = "trainguard.io/waits-for-dataset-cache"
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_LABEL = LABEL_TRAINJOB_ANCESTOR
 TRAINER_CONTAINER = "node"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
