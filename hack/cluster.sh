@@ -127,15 +127,9 @@ up() {
 }
 
 down() {
-  local stopped=0 name pid
+  local stopped=0 name
   for name in kube-apiserver etcd; do
-    if alive "$state/$name.pid" "/$name"; then
-      pid=$(<"$state/$name.pid")
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do alive "$state/$name.pid" "/$name" || break; sleep 0.1; done
-      if alive "$state/$name.pid" "/$name"; then kill -9 "$pid" 2>/dev/null || true; fi
-      stopped=$((stopped + 1))
-    fi
+    if stop_recorded "$state" "$name"; then stopped=$((stopped + 1)); fi
   done
   rm -rf "$state"
   log "stopped $stopped process(es), removed $state"

@@ -333,15 +333,9 @@ EOF
 }
 
 down() {
-  local stopped=0 name pid
+  local stopped=0 name
   for name in jobset-controller kwok kube-scheduler kube-controller-manager; do
-    if alive "$e2e/$name.pid" "/$name"; then
-      pid=$(<"$e2e/$name.pid")
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do alive "$e2e/$name.pid" "/$name" || break; sleep 0.1; done
-      if alive "$e2e/$name.pid" "/$name"; then kill -9 "$pid" 2>/dev/null || true; fi
-      stopped=$((stopped + 1))
-    fi
+    if stop_recorded "$e2e" "$name"; then stopped=$((stopped + 1)); fi
   done
   log "stopped $stopped e2e component(s)"
   "$here/cluster.sh" down
