@@ -7,7 +7,7 @@
   trainguard's own ``crds/`` are applied once.
 - ``namespace`` (function): a fresh namespace per test.
 
-Tests under ``tests/integration/`` and ``tests/e2e/`` are marked ``cluster`` automatically; unit tests never start
+Tests under ``tests/integration/``, ``tests/e2e/`` and ``tests/security/`` are marked ``cluster`` automatically; unit tests never start
 the control plane (the fixture is lazy), so ``pytest -m "not cluster"`` runs without Go or a cluster.
 """
 
@@ -33,7 +33,7 @@ HACK = REPO / "hack"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("integration", "e2e"):
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("integration", "e2e", "security"):
             item.add_marker(pytest.mark.cluster)
 
 
