@@ -30,11 +30,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook.field import FieldError, aggregate, invalid
+from webhook.field import FieldError, aggregate
 from webhook.policy import dataset_cache, framework, runtime_rules
-from webhook.policy.defaults import POLICY_MANAGER, apply_policies, topology_outcome
-from webhook.policy.limits import Violation, limit_violations
+from webhook.policy.defaults import POLICY_MANAGER, apply_policies
+from webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
 from webhook.policy.matching import matching_policies, parse_all
+from webhook.policy.policy_model import Policy
 from webhook.policy.policy_rules import policy_errors
 from webhook.policy.runtime_ref import (
     CLUSTER_TRAINING_RUNTIME,
@@ -45,12 +46,9 @@ from webhook.policy.runtime_ref import (
     runtime_ref,
 )
 from webhook.policy.timestamps import stamp_runtime_patches
-from webhook.policy.topology import NoFit
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 UPSTREAM = "UpstreamValidation"
-POLICY_LIMITS = "PolicyLimits"
-TOPOLOGY = "Topology"
 DATASET_CACHE = "DatasetCache"
 POLICY_OBJECT = "TrainJobPolicyValidation"
 CACHE_OBJECT = "DatasetCacheValidation"
@@ -143,32 +141,45 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         return _decide(list(upstream), warnings, UPSTREAM)
 
     cache_errors = dataset_cache.reference_errors(obj, old, namespace, snapshot.dataset_caches)
-    limit_errors: list[Violation] = []
-    topology_errors: list[Violation] = []
+    found: list[Finding] = []
     if review.operation == "CREATE":
         policies, problems = parse_all(snapshot.policies)
         warnings += problems
-        matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
-        effective = framework.effective_job_or_none(obj, runtime) if matched else None
-        if effective is not None:
-            for policy in matched:
-                limit_errors += limit_violations(obj, runtime_ref(obj).name, effective, policy)
-            outcome = topology_outcome(effective, matched)
-            if outcome is not None and isinstance(outcome.result, NoFit):
-                topology_errors.append(Violation(outcome.policy, invalid(
-                    "spec.trainer", {"numNodes": _nodes(obj)},
-                    f'fits no topology level of TrainJobPolicy "{outcome.policy.name}": {outcome.result.reason}',
-                )))
-    violations = limit_errors + topology_errors
-    warnings += [v.warning() for v in violations if not v.policy.enforcing]
-    enforced_limits = [v.error for v in limit_errors if v.policy.enforcing]
-    enforced_topology = [v.error for v in topology_errors if v.policy.enforcing]
-    reason = DATASET_CACHE if cache_errors else POLICY_LIMITS if enforced_limits else TOPOLOGY
-    return _decide(cache_errors + enforced_limits + enforced_topology, warnings, reason)
+        found = _policy_findings(obj, runtime, namespace, snapshot, policies)
+    warnings += [f.violation.warning() for f in found if not f.enforced]
+    enforced = _by_reason([f for f in found if f.enforced])
+    reason = DATASET_CACHE if cache_errors else enforced[0].reason if enforced else POLICY_LIMITS
+    return _decide(cache_errors + [f.violation.error for f in enforced], warnings, reason)
 
 
-def _nodes(obj: dict[str, Any]) -> Any:
-    return ((obj.get("spec") or {}).get("trainer") or {}).get("numNodes")
+def _policy_findings(obj: dict[str, Any], runtime: dict[str, Any], namespace: str, snapshot: ClusterSnapshot,
+                     policies: list[Policy]) -> list[Finding]:
+    matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
+    return findings(obj, runtime, matched)
+
+
+def _by_reason(found: list[Finding]) -> list[Finding]:
+    """Limits first, then topology, then scheduling labels: the order the message lists them in."""
+    order = {POLICY_LIMITS: 0, TOPOLOGY: 1, SCHEDULING: 2}
+    return sorted(found, key=lambda f: order.get(f.reason, 3))
+
+
+def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
+                     snapshot: ClusterSnapshot) -> Verdict:
+    """Would an Enforce policy deny this TrainJob as it stands now, built from ``runtime``?
+
+    The controller's defence-in-depth check before it builds (or unsuspends) a JobSet: the same policy checks a
+    CREATE gets (limits on every container, topology fit, allowed runtimes, the scheduling labels the matching
+    Enforce policies set), against the runtime the controller will build from (its snapshot, not the live object)
+    and the snapshot's policies and namespace labels. Audit findings and unreadable policies are ignored (nothing
+    to warn at reconcile time). Pure and deterministic.
+    """
+    policies, _ = parse_all(snapshot.policies)
+    enforced = [f for f in _policy_findings(obj, runtime, namespace, snapshot, policies) if f.enforced]
+    if not enforced:
+        return Verdict.allow()
+    ordered = _by_reason(enforced)
+    return Verdict.deny(aggregate([f.violation.error for f in ordered]), ordered[0].reason)
 
 
 # --- runtimes ---------------------------------------------------------------------------------------------------
