@@ -151,8 +151,9 @@ def scoped_configurations(reg: Registration, namespace: str) -> tuple[dict[str, 
             if "namespaceSelector" in hook:
                 hook["namespaceSelector"]["matchExpressions"].append(
                     {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]})
-            else:
-                hook["objectSelector"]["matchExpressions"].append({"key": SCOPE_LABEL, "operator": "In", "values": [namespace]})
+            else:  # cluster-scoped kinds carry no objectSelector, or only upstream's runtime opt-out
+                hook.setdefault("objectSelector", {}).setdefault("matchExpressions", []).append(
+                    {"key": SCOPE_LABEL, "operator": "In", "values": [namespace]})
     return configs
 
 

@@ -7,10 +7,19 @@ certificate rotator injects the CA bundle into the objects it names.
 Choices (see the reference's anchors, section 2): sideEffects None (admission is pure; dry-run is safe);
 admissionReviewVersions [v1]; timeoutSeconds 5 by default (a small timeout, well inside the apiserver's budget);
 failurePolicy Fail by default (Kubeflow Trainer's own choice); the namespaceSelector skips kube-system,
-kube-node-lease and trainguard's own namespace (no self-admission deadlock); an objectSelector opt-out label
-``trainguard.io/webhook: disabled`` on every webhook, plus upstream's ``trainer.kubeflow.org/webhook-validation:
-disabled`` on the runtime webhooks; reinvocationPolicy IfNeeded on the mutating webhook (the mutation is
-idempotent, so a second call after another webhook's change is harmless).
+kube-node-lease and trainguard's own namespace (no self-admission deadlock); reinvocationPolicy IfNeeded on the
+mutating webhook (the mutation is idempotent, so a second call after another webhook's change is harmless).
+
+Exemptions are decided by admins, never by the object being judged (issue 10: a ``trainguard.io/webhook:
+disabled`` label on a TrainJob used to skip every webhook, so anyone who could create a TrainJob could skip the
+policies). There is no objectSelector opt-out on namespaced webhooks. An admin exempts a namespace by labelling
+the Namespace ``trainguard.io/webhook: disabled`` (namespaceSelector; labelling a Namespace takes cluster-scoped
+rights a namespace user does not have), or narrows a TrainJobPolicy's own ``selector``. Upstream's
+``trainer.kubeflow.org/webhook-validation: disabled`` is kept on the ClusterTrainingRuntime webhook only (parity:
+only cluster admins write ClusterTrainingRuntimes, so the label is an admin's decision); on the TrainingRuntime
+webhook it is dropped, a deliberate difference from upstream v2.3, because a namespace user writes
+TrainingRuntimes and their validation is theirs to skip otherwise. The TrainJob-time policy checks do not depend on
+a runtime having been validated: they measure the merged job, every container of every replicatedJob.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import yaml
 
 from webhook.admission.routes import ROUTES, WebhookRoute
 
-OPT_OUT_LABEL = "trainguard.io/webhook"
+# On a Namespace (set by an admin): trainguard's namespaced webhooks skip that namespace.
+EXEMPT_NAMESPACE_LABEL = "trainguard.io/webhook"
 OPT_OUT_VALUE = "disabled"
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on every Namespace
@@ -78,14 +88,17 @@ def _client_config(reg: Registration, route: WebhookRoute) -> dict[str, Any]:
 def _namespace_selector(reg: Registration) -> dict[str, Any]:
     own = reg.own_namespace or (reg.service.namespace if reg.service else None)
     excluded = list(dict.fromkeys([*ALWAYS_EXCLUDED_NAMESPACES, *([own] if own else []), *reg.excluded_namespaces]))
-    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded}]}
+    return {"matchExpressions": [
+        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded},
+        {"key": EXEMPT_NAMESPACE_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
+    ]}
 
 
-def _object_selector(route: WebhookRoute) -> dict[str, Any]:
-    expressions = [{"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]}]
-    if route.upstream_opt_out_label:
-        expressions.append({"key": route.upstream_opt_out_label, "operator": "NotIn", "values": [OPT_OUT_VALUE]})
-    return {"matchExpressions": expressions}
+def _object_selector(route: WebhookRoute) -> dict[str, Any] | None:
+    """Upstream's runtime opt-out, on cluster-scoped (admin-written) runtimes only; None: every object is judged."""
+    if route.upstream_opt_out_label and route.scope == "Cluster":
+        return {"matchExpressions": [{"key": route.upstream_opt_out_label, "operator": "NotIn", "values": [OPT_OUT_VALUE]}]}
+    return None
 
 
 def _webhook(reg: Registration, route: WebhookRoute, failure_policy: FailurePolicy) -> dict[str, Any]:
@@ -99,7 +112,6 @@ def _webhook(reg: Registration, route: WebhookRoute, failure_policy: FailurePoli
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "timeoutSeconds": reg.timeout_seconds,
-        "objectSelector": _object_selector(route),
         "rules": [
             {
                 "apiGroups": [route.group],
@@ -110,6 +122,9 @@ def _webhook(reg: Registration, route: WebhookRoute, failure_policy: FailurePoli
             }
         ],
     }
+    selector = _object_selector(route)
+    if selector is not None:
+        hook["objectSelector"] = selector
     # A namespaceSelector on a cluster-scoped resource is ignored by the apiserver; leave it off to say so.
     if route.scope == "Namespaced":
         hook["namespaceSelector"] = _namespace_selector(reg)

@@ -31,7 +31,6 @@ def test_fixed_choices() -> None:
         assert w["timeoutSeconds"] == 5
         assert w["failurePolicy"] == "Fail"
         assert w["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-        assert {"key": "trainguard.io/webhook", "operator": "NotIn", "values": ["disabled"]} in w["objectSelector"]["matchExpressions"]
     assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
     assert all("reinvocationPolicy" not in w for w in validating["webhooks"])
 
@@ -40,24 +39,29 @@ def test_namespace_selector_excludes_system_and_own_namespace_on_namespaced_webh
     mutating, validating = webhook_configurations(Registration(service=ServiceRef("s", "tg"), excluded_namespaces=("infra",)))
     by_name = {w["name"]: w for w in mutating["webhooks"] + validating["webhooks"]}
     expr = by_name["validator.trainjob.trainer.kubeflow.org"]["namespaceSelector"]["matchExpressions"]
-    assert expr == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease", "tg", "infra"]}]
+    assert expr == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease", "tg", "infra"]},
+                    {"key": "trainguard.io/webhook", "operator": "NotIn", "values": ["disabled"]}]
     assert "namespaceSelector" not in by_name["validator.clustertrainingruntime.trainer.kubeflow.org"]
 
 
-@pytest.mark.parametrize(
-    ("name", "has_upstream_opt_out"),
-    [
-        ("validator.trainingruntime.trainer.kubeflow.org", True),
-        ("validator.clustertrainingruntime.trainer.kubeflow.org", True),
-        ("validator.trainjob.trainer.kubeflow.org", False),
-        ("validator.datasetcache.trainguard.io", False),
-    ],
-)
-def test_upstream_runtime_opt_out_label_only_on_runtime_webhooks(name: str, has_upstream_opt_out: bool) -> None:
-    _, validating = webhook_configurations(SVC)
-    hook = next(w for w in validating["webhooks"] if w["name"] == name)
-    keys = [e["key"] for e in hook["objectSelector"]["matchExpressions"]]
-    assert ("trainer.kubeflow.org/webhook-validation" in keys) == has_upstream_opt_out
+# Issue 10: exemptions are an admin's decision (a Namespace label, a policy's selector), never a label on the object
+# being judged. Only ClusterTrainingRuntimes, which only cluster admins write, keep upstream's opt-out label.
+OPT_OUT_CASES = [
+    ("defaulter.trainjob.trainer.kubeflow.org", None),
+    ("validator.trainjob.trainer.kubeflow.org", None),
+    ("validator.trainingruntime.trainer.kubeflow.org", None),
+    ("validator.datasetcache.trainguard.io", None),
+    ("validator.trainjobpolicy.trainguard.io", None),
+    ("validator.clustertrainingruntime.trainer.kubeflow.org",
+     {"matchExpressions": [{"key": "trainer.kubeflow.org/webhook-validation", "operator": "NotIn", "values": ["disabled"]}]}),
+]
+
+
+@pytest.mark.parametrize(("name", "object_selector"), OPT_OUT_CASES, ids=[c[0] for c in OPT_OUT_CASES])
+def test_no_object_can_opt_itself_out_except_admin_written_cluster_runtimes(name: str, object_selector) -> None:
+    mutating, validating = webhook_configurations(SVC)
+    hook = next(w for w in mutating["webhooks"] + validating["webhooks"] if w["name"] == name)
+    assert hook.get("objectSelector") == object_selector
 
 
 def test_url_mode_with_ca_bundle_and_failure_policies() -> None:
