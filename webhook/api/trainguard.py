@@ -119,14 +119,20 @@ class PolicyLimits(KubeModel):
     """Bounds a matching TrainJob must stay within; a violation is denied (Enforce) or warned (Audit)."""
 
     max_nodes: int | None = spec_field("Most training nodes per TrainJob.", minimum=1)
-    max_gpus_per_node: int | None = spec_field("Most GPUs per training node.", minimum=0)
+    max_gpus_per_node: int | None = spec_field(
+        "Most GPUs per training node, and per pod of any other replicatedJob.", minimum=0)
     max_total_gpus: int | None = spec_field("Most GPUs per TrainJob (nodes x GPUs per node).", minimum=0)
     allowed_runtimes: list[str] | None = spec_field(
-        "Runtime names a TrainJob may reference; empty allows all.", list_type="set", max_items=256,
+        "Runtimes a TrainJob may reference, by kind and name: ClusterTrainingRuntime/<name>, "
+        "TrainingRuntime/<name>, or a plain <name> meaning the ClusterTrainingRuntime of that name only "
+        "(a namespaced TrainingRuntime of the same name is not allowed by it); empty allows all.",
+        list_type="set", max_items=256,
         items={"maxLength": 253},
     )
     allowed_image_prefixes: list[str] | None = spec_field(
-        "The trainer image must start with one of these (e.g. ghcr.io/acme/); empty allows all.",
+        "Every container and init container image of every replicatedJob the TrainJob builds (trainer, "
+        "initializers, any other job of the runtime) must start with one of these (e.g. ghcr.io/acme/); "
+        "empty allows all.",
         list_type="set", max_items=64, items={"maxLength": 500},
     )
     required_resource_requests: list[str] | None = spec_field(

@@ -101,9 +101,8 @@ def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy]
                     f'the job cannot be built from this runtime, so the limits of TrainJobPolicy "{policy.name}" '
                     "cannot be checked"))))
     else:
-        name = runtime_ref(obj).name
         for policy in matched:
-            out += [Finding(POLICY_LIMITS, v) for v in limit_violations(obj, name, effective, policy)]
+            out += [Finding(POLICY_LIMITS, v) for v in limit_violations(obj, effective, policy)]
         outcome = topology_outcome(effective, matched)
         if outcome is not None and isinstance(outcome.result, NoFit):
             out.append(Finding(TOPOLOGY, Violation(outcome.policy, invalid(

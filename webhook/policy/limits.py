@@ -2,11 +2,21 @@
 
 Each violation names the field the user can change, the value found, the limit and the policy that set it. The
 caller decides what a violation does: a denial under ``mode: Enforce``, an admission warning under ``Audit``.
-Images and required requests concern the trainer replicatedJobs' pods (the API documents the limits as "the
-trainer image" and "every trainer node"): initializer images come from the runtime, which the platform team owns.
-Limits are checked on CREATE only: the TrainJob's trainer and runtimeRef are immutable, so an UPDATE cannot change
-what a limit measures, and a policy tightened later must not block status-like updates (Kueue's unsuspend, a
-finalizer removal) of jobs admitted before.
+
+What is measured is the job the reconciler will build (runtime template + runtimePatches + trainer overrides), and
+every part of it, because a namespace user can write the runtime too (a TrainingRuntime of their own, issue 10):
+
+* ``allowedImagePrefixes``: EVERY container and initContainer of EVERY replicatedJob (initializers and any extra
+  job of the runtime included), not only the trainer's;
+* ``maxGpusPerNode``: the GPUs of one pod of ANY replicatedJob (a GPU-hungry side job is no way around it);
+  ``maxTotalGpus``: all pods of all jobs; ``maxNodes``: the training nodes (trainer pods holding GPUs);
+* ``allowedRuntimes``: kind AND name (``runtime_ref.allowed_runtime_entry``: a plain name means the
+  ClusterTrainingRuntime of that name only, ``TrainingRuntime/<name>`` must be listed as such);
+* ``requiredResourceRequests``: the trainer pods, as the API documents ("every trainer node").
+
+Limits are measured on CREATE; on UPDATE only violations the update introduces are refused (``updates``), so a
+policy tightened later does not block status-like updates (Kueue's unsuspend, a finalizer removal) of jobs
+admitted before.
 """
 
 from __future__ import annotations
@@ -16,7 +26,8 @@ from typing import Any
 
 from webhook.field import FieldError, invalid, required
 from webhook.policy.policy_model import Policy
-from webhook.policy.shape import images, job_shape, quantity, trainer_pod_sets
+from webhook.policy.runtime_ref import allowed_runtime_entry, runtime_ref
+from webhook.policy.shape import gpu_count, images, job_shape, quantity, trainer_pod_sets
 
 
 @dataclass(frozen=True)
@@ -36,16 +47,30 @@ def _of(policy: Policy) -> str:
     return f'TrainJobPolicy "{policy.name}"'
 
 
-def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any, policy: Policy) -> list[Violation]:
+def _allowed_runtime_error(trainjob: dict[str, Any], policy: Policy) -> FieldError | None:
+    allowed = [e for e in (allowed_runtime_entry(x) for x in policy.spec.limits.allowed_runtimes) if e is not None]
+    ref = runtime_ref(trainjob)
+    if (ref.kind, ref.name) in allowed:
+        return None
+    shown = ", ".join(f"{k}/{n}" for k, n in allowed) or "none"
+    detail = f'{ref.kind} "{ref.name}" is not allowed by {_of(policy)}; allowed: {shown}'
+    if any(n == ref.name for _, n in allowed):  # the name is allowed, as another kind: a shadowing runtime
+        return invalid("spec.runtimeRef.kind", ref.kind, detail)
+    return invalid("spec.runtimeRef.name", ref.name, detail)
+
+
+def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -> list[Violation]:
     limits = policy.spec.limits
     gpu = policy.spec.topology.gpu_resource_name if policy.spec.topology else "nvidia.com/gpu"
     shape = job_shape(effective, gpu)
     trainer = _trainer(trainjob)
+    runtime_name = runtime_ref(trainjob).name
     found: list[FieldError] = []
 
-    if limits.allowed_runtimes and runtime_name not in limits.allowed_runtimes:
-        found.append(invalid("spec.runtimeRef.name", runtime_name,
-                             f"runtime is not allowed by {_of(policy)}; allowed: {', '.join(limits.allowed_runtimes)}"))
+    if limits.allowed_runtimes:
+        error = _allowed_runtime_error(trainjob, policy)
+        if error is not None:
+            found.append(error)
 
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
         path = "spec.trainer.numNodes" if trainer.get("numNodes") is not None else "spec.runtimeRef"
@@ -59,6 +84,18 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
             f"{shape.gpus_per_node} {gpu} per node exceed maxGpusPerNode {limits.max_gpus_per_node} of {_of(policy)}",
         ))
 
+    if limits.max_gpus_per_node is not None:
+        trainers = set(effective.trainer_jobs)
+        for ps in effective.pod_sets:
+            per_pod = gpu_count(ps.requests, gpu)
+            if ps.name in trainers or per_pod <= limits.max_gpus_per_node:
+                continue
+            found.append(invalid(
+                "spec.runtimeRef", runtime_name,
+                f"pods of replicatedJob {ps.name} request {per_pod} {gpu} each, more than maxGpusPerNode "
+                f"{limits.max_gpus_per_node} of {_of(policy)}",
+            ))
+
     if limits.max_total_gpus is not None and shape.total_gpus > limits.max_total_gpus:
         found.append(invalid(
             "spec.trainer", {"numNodes": shape.nodes, "gpusPerNode": shape.gpus_per_node},
@@ -68,7 +105,8 @@ def limit_violations(trainjob: dict[str, Any], runtime_name: str, effective: Any
         ))
 
     if limits.allowed_image_prefixes:
-        for job, kind, container, image in images(effective.spec, effective.trainer_jobs):
+        every_job = [r.get("name") for r in effective.spec.get("replicatedJobs") or []]
+        for job, kind, container, image in images(effective.spec, every_job):
             if image is not None and any(image.startswith(p) for p in limits.allowed_image_prefixes):
                 continue
             trainer_image = trainer.get("image") is not None and job in effective.trainer_jobs and container == "node"

@@ -5,7 +5,8 @@ Denied (the policy could never work as written):
 * topology levels that are not valid label keys, repeat a label, or do not strictly grow (narrowest first; the
   CRD only checks "sorted", which lets two levels hold the same number of GPUs);
 * impossible limits: ``maxGpusPerNode`` or ``maxTotalGpus`` of 0 (refuses every GPU job), ``maxGpusPerNode``
-  above ``maxTotalGpus``, an empty image prefix or runtime name, an invalid resource name;
+  above ``maxTotalGpus``, an empty image prefix or runtime name, an ``allowedRuntimes`` entry that is not
+  ``<name>``, ``ClusterTrainingRuntime/<name>`` or ``TrainingRuntime/<name>``, an invalid resource name;
 * a conflict: another policy with the SAME priority whose selectors can match the same TrainJob (an empty selector,
   equal selectors, or a namespace / runtime in the snapshot both match) and that sets the same default to a
   different value. Priorities decide between different levels, so equal priorities must agree.
@@ -27,6 +28,7 @@ from webhook.api.meta import label_selector_matches
 from webhook.field import FieldError, duplicate, invalid
 from webhook.policy.matching import namespace_labels
 from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
+from webhook.policy.runtime_ref import allowed_runtime_entry
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _QUALIFIED = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}$")
@@ -90,6 +92,11 @@ def _own_errors(policy: Policy) -> tuple[list[FieldError], list[str]]:
         for i, v in enumerate(values):
             if not v:
                 errors.append(invalid(f"spec.limits.{field}[{i}]", v, "must not be empty"))
+    for i, entry in enumerate(limits.allowed_runtimes):
+        if entry and allowed_runtime_entry(entry) is None:
+            errors.append(invalid(f"spec.limits.allowedRuntimes[{i}]", entry,
+                                  "must be <name> (a ClusterTrainingRuntime), ClusterTrainingRuntime/<name> or "
+                                  "TrainingRuntime/<name>"))
     for i, resource in enumerate(limits.required_requests):
         if not _QUALIFIED.match(resource):
             errors.append(invalid(f"spec.limits.requiredResourceRequests[{i}]", resource, "must be a resource name"))

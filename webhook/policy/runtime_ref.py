@@ -90,6 +90,22 @@ def resolve_runtime(trainjob: Object, namespace: str, snapshot: ClusterSnapshot)
     raise UnsupportedRuntime(f"unsupported runtime: {ref.registry_key}")
 
 
+def allowed_runtime_entry(entry: str) -> tuple[str, str] | None:
+    """``spec.limits.allowedRuntimes`` entry -> (kind, name); None when unreadable.
+
+    ``ClusterTrainingRuntime/<name>`` and ``TrainingRuntime/<name>`` name a kind; a plain ``<name>`` means the
+    ClusterTrainingRuntime of that name ONLY (issue 10: matching by name alone let a namespaced TrainingRuntime of an
+    allowed ClusterTrainingRuntime's name, written by a namespace user, shadow it). ``TrainingRuntime/<name>``
+    allows that name in every namespace the policy selects.
+    """
+    kind, sep, name = entry.partition("/")
+    if not sep:
+        kind, name = CLUSTER_TRAINING_RUNTIME, entry
+    if kind not in (TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME) or not name or "/" in name:
+        return None
+    return kind, name
+
+
 def is_deprecated(runtime: Object) -> bool:
     labels = (runtime.get("metadata") or {}).get("labels") or {}
     return labels.get(SUPPORT_LABEL) == "deprecated"

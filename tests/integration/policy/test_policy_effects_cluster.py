@@ -251,8 +251,8 @@ LIMIT_CASES = [
               'the job requests 32 nvidia.com/gpu in total (4 nodes x 8), more than maxTotalGpus 16 of TrainJobPolicy "{p}"',
               {"trainer": gpus(2, 8)}),
     LimitCase("allowed-runtimes", {"allowedRuntimes": ["approved-runtime"]}, {},
-              'spec.runtimeRef.name: Invalid value: "{rt}": runtime is not allowed by TrainJobPolicy "{p}"; '
-              "allowed: approved-runtime"),
+              'spec.runtimeRef.name: Invalid value: "{rt}": ClusterTrainingRuntime "{rt}" is not allowed by '
+              'TrainJobPolicy "{p}"; allowed: ClusterTrainingRuntime/approved-runtime'),
     LimitCase("allowed-image-prefixes", {"allowedImagePrefixes": ["ghcr.io/acme/"]},
               {"trainer": {"image": "docker.io/evil/train:1"}},
               'spec.trainer.image: Invalid value: "docker.io/evil/train:1": image of container node in replicatedJob '

@@ -92,8 +92,8 @@ LIMIT_CASES = [
      '(8 nodes x 8), more than maxTotalGpus 32 of TrainJobPolicy "limits"'),
     ("total GPUs respected", {"maxTotalGpus": 64}, {"numNodes": 8, "resourcesPerNode": GPU}, None),
     ("runtime not allowed", {"allowedRuntimes": ["deepspeed"]}, {},
-     'spec.runtimeRef.name: Invalid value: "torch-distributed": runtime is not allowed by TrainJobPolicy "limits"; '
-     "allowed: deepspeed"),
+     'spec.runtimeRef.name: Invalid value: "torch-distributed": ClusterTrainingRuntime "torch-distributed" is not '
+     'allowed by TrainJobPolicy "limits"; allowed: ClusterTrainingRuntime/deepspeed'),
     ("runtime allowed", {"allowedRuntimes": ["torch-distributed"]}, {}, None),
     ("image prefix refused", {"allowedImagePrefixes": ["ghcr.io/acme/"]}, {"image": "docker.io/evil:1"},
      'spec.trainer.image: Invalid value: "docker.io/evil:1": image of container node in replicatedJob node must '

@@ -1,0 +1,104 @@
+"""Policy limits that a runtime cannot step around (issue 10 item 7): ``allowedRuntimes`` by kind and name, and
+images / GPUs measured on every container of every replicatedJob the merged job builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy_helpers import NOW, policy, rjob, runtime, trainjob
+from webhook.policy.pipeline import validate_trainjob, validate_trainjob_policy
+from webhook.policy.runtime_ref import allowed_runtime_entry
+from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+
+CTR, TR = "ClusterTrainingRuntime", "TrainingRuntime"
+
+
+def snap(p, *, ctr=None, tr=None) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        cluster_training_runtimes={"torch-distributed": ctr or runtime()},
+        training_runtimes={("team-a", "torch-distributed"): tr or runtime(kind=TR, namespace="team-a")},
+        policies={p["metadata"]["name"]: p})
+
+
+def create(obj, snapshot):
+    return validate_trainjob(AdmissionInput("CREATE", obj, None, NOW), snapshot)
+
+
+@pytest.mark.parametrize(("entry", "parsed"), [
+    ("torch-distributed", (CTR, "torch-distributed")),
+    ("ClusterTrainingRuntime/torch-distributed", (CTR, "torch-distributed")),
+    ("TrainingRuntime/my-rt", (TR, "my-rt")),
+    ("Runtime/x", None),
+    ("TrainingRuntime/", None),
+    ("TrainingRuntime/a/b", None),
+])
+def test_allowed_runtime_syntax(entry, parsed):
+    assert allowed_runtime_entry(entry) == parsed
+
+
+RUNTIME_CASES = [
+    # (case, allowedRuntimes, kind the TrainJob references, expected message or None)
+    ("plain name allows the ClusterTrainingRuntime", ["torch-distributed"], None, None),
+    ("plain name does not allow a same-named TrainingRuntime", ["torch-distributed"], TR,
+     'spec.runtimeRef.kind: Invalid value: "TrainingRuntime": TrainingRuntime "torch-distributed" is not allowed by '
+     'TrainJobPolicy "p"; allowed: ClusterTrainingRuntime/torch-distributed'),
+    ("explicit cluster kind", ["ClusterTrainingRuntime/torch-distributed"], CTR, None),
+    ("explicit cluster kind refuses the namespaced one", ["ClusterTrainingRuntime/torch-distributed"], TR,
+     "spec.runtimeRef.kind: Invalid value"),
+    ("TrainingRuntime listed as such", ["TrainingRuntime/torch-distributed"], TR, None),
+    ("TrainingRuntime listed does not allow the cluster one", ["TrainingRuntime/torch-distributed"], CTR,
+     "spec.runtimeRef.kind: Invalid value"),
+    ("other name", ["deepspeed"], TR,
+     'spec.runtimeRef.name: Invalid value: "torch-distributed": TrainingRuntime "torch-distributed" is not allowed'),
+]
+
+
+@pytest.mark.parametrize(("case", "allowed", "kind", "message"), RUNTIME_CASES, ids=[c[0] for c in RUNTIME_CASES])
+def test_allowed_runtimes_match_kind_and_name(case, allowed, kind, message):
+    v = create(trainjob(kind=kind), snap(policy("p", limits={"allowedRuntimes": allowed})))
+    assert v.allowed is (message is None), v.message
+    if message:
+        assert v.message.startswith(message), v.message
+
+
+def test_bad_allowed_runtime_entry_is_denied_at_policy_apply():
+    p = policy("p", limits={"allowedRuntimes": ["torch-distributed", "Runtime/x"]})
+    v = validate_trainjob_policy(AdmissionInput("CREATE", p, None, NOW), ClusterSnapshot())
+    assert not v.allowed
+    assert v.message == ('spec.limits.allowedRuntimes[1]: Invalid value: "Runtime/x": must be <name> (a '
+                         "ClusterTrainingRuntime), ClusterTrainingRuntime/<name> or TrainingRuntime/<name>")
+
+
+PRIVILEGED_SIDE_JOB = rjob("sidecar", containers=("pwn",), hostPID=True)
+PRIVILEGED_SIDE_JOB["template"]["spec"]["template"]["spec"]["containers"][0]["image"] = "docker.io/evil/root:1"
+INIT_JOB = rjob("node", ancestor="trainer")
+INIT_JOB["template"]["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "quay.io/x/y:1"}]
+GPU_SIDE_JOB = rjob("helper", containers=("h",))
+GPU_SIDE_JOB["template"]["spec"]["template"]["spec"]["containers"][0].update(
+    image="ghcr.io/acme/h:1", resources={"limits": {"nvidia.com/gpu": 64}})
+ACME_NODE = rjob("node", ancestor="trainer")
+ACME_NODE["template"]["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/acme/train:1"
+
+EVERY_CONTAINER_CASES = [
+    ("a side job of a namespaced runtime", runtime(ACME_NODE, PRIVILEGED_SIDE_JOB, kind=TR, namespace="team-a"),
+     {"allowedImagePrefixes": ["ghcr.io/acme/"]},
+     'spec.runtimeRef: Invalid value: "docker.io/evil/root:1": image of container pwn in replicatedJob sidecar'),
+    ("an initContainer of the trainer job", runtime(INIT_JOB, kind=TR, namespace="team-a"),
+     {"allowedImagePrefixes": ["python:"]},
+     'spec.runtimeRef: Invalid value: "quay.io/x/y:1": image of initContainer fetch in replicatedJob node'),
+    ("GPUs of a side job's pod", runtime(ACME_NODE, GPU_SIDE_JOB, kind=TR, namespace="team-a"),
+     {"maxGpusPerNode": 8},
+     'spec.runtimeRef: Invalid value: "torch-distributed": pods of replicatedJob helper request 64 nvidia.com/gpu '
+     'each, more than maxGpusPerNode 8 of TrainJobPolicy "p"'),
+    ("the neighbour within limits", runtime(ACME_NODE, kind=TR, namespace="team-a"),
+     {"allowedImagePrefixes": ["ghcr.io/acme/"], "maxGpusPerNode": 8}, None),
+]
+
+
+@pytest.mark.parametrize(("case", "rt", "limits", "message"), EVERY_CONTAINER_CASES,
+                         ids=[c[0] for c in EVERY_CONTAINER_CASES])
+def test_limits_measure_every_container_of_every_job(case, rt, limits, message):
+    v = create(trainjob(kind=TR), snap(policy("p", limits=limits), tr=rt))
+    assert v.allowed is (message is None), v.message
+    if message:
+        assert message in v.message, v.message
