@@ -139,6 +139,12 @@ class PolicyLimits(KubeModel):
         "Resources every trainer node must request (e.g. cpu, memory).", list_type="set", max_items=16,
         items={"maxLength": 253},
     )
+    pod_security: Literal["Baseline"] | None = spec_field(
+        "Baseline: refuse pod settings the Pod Security Standards' baseline level forbids (privileged, host "
+        "namespaces, hostPath volumes, hostPort, added capabilities, procMount) in every pod of the merged job "
+        "(runtime, runtimePatches, trainer), at apply time. Unset: not checked.",
+        enum=["Baseline"],
+    )
 
 
 class PolicyDefaults(KubeModel):

@@ -62,7 +62,7 @@ def _nodes(obj: dict[str, Any]) -> Any:
 def _limits_anything(policy: Policy) -> bool:
     lim = policy.spec.limits
     return bool(lim.max_nodes is not None or lim.max_gpus_per_node is not None or lim.max_total_gpus is not None
-                or lim.allowed_runtimes or lim.allowed_image_prefixes or lim.required_requests
+                or lim.allowed_runtimes or lim.allowed_image_prefixes or lim.required_requests or lim.pod_security
                 or (policy.spec.topology and policy.spec.topology.levels))
 
 

@@ -12,7 +12,8 @@ every part of it, because a namespace user can write the runtime too (a Training
   ``maxTotalGpus``: all pods of all jobs; ``maxNodes``: the training nodes (trainer pods holding GPUs);
 * ``allowedRuntimes``: kind AND name (``runtime_ref.allowed_runtime_entry``: a plain name means the
   ClusterTrainingRuntime of that name only, ``TrainingRuntime/<name>`` must be listed as such);
-* ``requiredResourceRequests``: the trainer pods, as the API documents ("every trainer node").
+* ``requiredResourceRequests``: the trainer pods, as the API documents ("every trainer node");
+* ``podSecurity: Baseline``: every pod template (``pod_security``).
 
 Limits are measured on CREATE; on UPDATE only violations the update introduces are refused (``updates``), so a
 policy tightened later does not block status-like updates (Kueue's unsuspend, a finalizer removal) of jobs
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.field import FieldError, invalid, required
+from webhook.policy.pod_security import BASELINE, baseline_errors
 from webhook.policy.policy_model import Policy
 from webhook.policy.runtime_ref import allowed_runtime_entry, runtime_ref
 from webhook.policy.shape import gpu_count, images, job_shape, quantity, trainer_pod_sets
@@ -116,6 +118,9 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
                 f"image of {kind[:-1]} {container!s} in replicatedJob {job!s} must start with one of "
                 f"[{', '.join(limits.allowed_image_prefixes)}] ({_of(policy)})",
             ))
+
+    if limits.pod_security == BASELINE:
+        found += baseline_errors(dict(effective.spec), _of(policy))
 
     for resource in limits.required_requests:
         for ps in trainer_pod_sets(effective):

@@ -14,9 +14,14 @@ one only fixes the ORDER in which they run, so the result is deterministic and i
 ``validate_trainjob`` (validating webhook):
   1. §2.5 runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
   2. the runtime framework's plugin validations (§2.5 item 4+), on the merged view;
-  3. trainguard: the DatasetCache reference; on CREATE the policies' limits and topology fit, each violation a
-     denial under ``mode: Enforce`` and a warning under ``Audit``.
+  3. trainguard: the DatasetCache reference; the policies' findings (``enforcement``), each a denial under
+     ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container, topology fit and the
+     scheduling labels the policies set; on UPDATE (``updates``) what the update introduces, judged by the policies
+     selecting the old OR the new object: a policy's scheduling label removed or changed, an unsuspend without it,
+     a new limit or topology violation.
   Upstream errors come first in the message; trainguard's follow.
+``enforce_trainjob`` (the controller's defence-in-depth check): the CREATE findings of Enforce policies for a
+  TrainJob as it stands, against the runtime the controller builds from.
 ``validate_training_runtime`` / ``validate_cluster_training_runtime``: §2.6 plus stricter checks
   (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream).
 ``validate_trainjob_policy`` (``policy_rules``) and ``validate_dataset_cache`` (``dataset_cache``).
@@ -46,6 +51,7 @@ from webhook.policy.runtime_ref import (
     runtime_ref,
 )
 from webhook.policy.timestamps import stamp_runtime_patches
+from webhook.policy.updates import judging_policies, update_findings
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 UPSTREAM = "UpstreamValidation"
@@ -141,11 +147,15 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         return _decide(list(upstream), warnings, UPSTREAM)
 
     cache_errors = dataset_cache.reference_errors(obj, old, namespace, snapshot.dataset_caches)
-    found: list[Finding] = []
-    if review.operation == "CREATE":
-        policies, problems = parse_all(snapshot.policies)
-        warnings += problems
+    policies, problems = parse_all(snapshot.policies)
+    warnings += problems
+    if review.operation == "CREATE" or old is None:
         found = _policy_findings(obj, runtime, namespace, snapshot, policies)
+    else:
+        judges = judging_policies(
+            matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime),
+            matching_policies(policies, old, namespace, snapshot.namespace_labels, runtime))
+        found = update_findings(obj, old, runtime, judges)
     warnings += [f.violation.warning() for f in found if not f.enforced]
     enforced = _by_reason([f for f in found if f.enforced])
     reason = DATASET_CACHE if cache_errors else enforced[0].reason if enforced else POLICY_LIMITS

@@ -52,6 +52,7 @@ class Limits(_Frozen):
     allowed_runtimes: tuple[str, ...] = ()          # empty: all allowed (API doc)
     allowed_image_prefixes: tuple[str, ...] = ()    # empty: all allowed
     required_requests: tuple[str, ...] = ()
+    pod_security: Literal["Baseline"] | None = None
 
 
 class Defaults(_Frozen):
@@ -146,6 +147,7 @@ def parse_policy(obj: dict[str, Any]) -> Policy:
             allowed_runtimes=tuple(lim.allowed_runtimes or ()),
             allowed_image_prefixes=tuple(lim.allowed_image_prefixes or ()),
             required_requests=tuple(lim.required_resource_requests or ()),
+            pod_security=lim.pod_security,
         ) if lim else Limits(),
         defaults=Defaults(
             active_deadline_seconds=dflt.active_deadline_seconds,

@@ -102,3 +102,69 @@ def test_limits_measure_every_container_of_every_job(case, rt, limits, message):
     assert v.allowed is (message is None), v.message
     if message:
         assert message in v.message, v.message
+
+
+# --- podSecurity: Baseline (optional policy field) ---------------------------------------------------------------
+
+def _pod(job):
+    return job["template"]["spec"]["template"]["spec"]
+
+
+def pss_job(**pod):
+    job = rjob("sidecar", containers=("s",))
+    _pod(job).update(pod)
+    return job
+
+
+def pss_container(**container):
+    job = rjob("sidecar", containers=("s",))
+    _pod(job)["containers"][0].update(container)
+    return job
+
+
+BASE = "replicatedJobs[sidecar].template.spec.template.spec"
+PSS_CASES = [
+    ("hostPID", pss_job(hostPID=True), f"{BASE}.hostPID: Forbidden: hostPID: true is not allowed by the Baseline"),
+    ("hostNetwork", pss_job(hostNetwork=True), f"{BASE}.hostNetwork: Forbidden"),
+    ("hostPath /", pss_job(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+     f"{BASE}.volumes[root].hostPath: Forbidden: a hostPath volume ('/') is not allowed"),
+    ("privileged", pss_container(securityContext={"privileged": True}),
+     f"{BASE}.containers[s].securityContext.privileged: Forbidden: a privileged container"),
+    ("privileged init container", pss_job(initContainers=[{"name": "i", "image": "x", "securityContext": {"privileged": True}}]),
+     f"{BASE}.initContainers[i].securityContext.privileged: Forbidden"),
+    ("SYS_ADMIN", pss_container(securityContext={"capabilities": {"add": ["SYS_ADMIN", "CHOWN"]}}),
+     f"{BASE}.containers[s].securityContext.capabilities.add: Forbidden: adding capabilities ['SYS_ADMIN']"),
+    ("hostPort", pss_container(ports=[{"containerPort": 80, "hostPort": 80}]), f"{BASE}.containers[s].ports[80].hostPort"),
+    ("baseline capability and an emptyDir are fine",
+     pss_container(securityContext={"capabilities": {"add": ["NET_BIND_SERVICE"]}, "runAsNonRoot": True}), None),
+]
+
+
+@pytest.mark.parametrize(("case", "job", "message"), PSS_CASES, ids=[c[0] for c in PSS_CASES])
+def test_pod_security_baseline(case, job, message):
+    rt = runtime(ACME_NODE, job, kind=TR, namespace="team-a")
+    v = create(trainjob(kind=TR), snap(policy("p", limits={"podSecurity": "Baseline"}), tr=rt))
+    assert v.allowed is (message is None), v.message
+    if message:
+        assert v.message.startswith(message), v.message
+        assert v.message.endswith('(TrainJobPolicy "p")'), v.message
+
+
+def test_pod_security_unset_checks_nothing():
+    rt = runtime(ACME_NODE, pss_job(hostPID=True), kind=TR, namespace="team-a")
+    assert create(trainjob(kind=TR), snap(policy("p", limits={"maxNodes": 8}), tr=rt)).allowed
+
+
+def test_a_runtime_patch_added_by_update_cannot_make_a_container_privileged():
+    """runtimePatches stay mutable: an UPDATE that adds a privileged securityContext is a new violation."""
+    p = policy("p", limits={"podSecurity": "Baseline"})
+    old = trainjob(kind=TR, suspend=True)
+    new = trainjob(kind=TR, suspend=True, patches=[{"manager": "acme.io/me", "trainingRuntimeSpec": {"template": {
+        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "node", "securityContext": {"privileged": True}}]}}}}}]}}}}])
+    s = snap(p, tr=runtime(ACME_NODE, kind=TR, namespace="team-a"))
+    v = validate_trainjob(AdmissionInput("UPDATE", new, old, NOW), s)
+    assert not v.allowed and v.reason == "PolicyLimits"
+    assert v.message.startswith("replicatedJobs[node].template.spec.template.spec.containers[node].securityContext"
+                                ".privileged: Forbidden"), v.message
+    assert validate_trainjob(AdmissionInput("UPDATE", old, old, NOW), s).allowed

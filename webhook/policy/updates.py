@@ -1,0 +1,88 @@
+"""What an UPDATE of a TrainJob may not do while an Enforce policy selects it (issue 10 item 8: Kueue was escaped
+after admission by removing ``kueue.x-k8s.io/queue-name`` and then setting ``suspend: false``).
+
+* The policies that judge an UPDATE are those selecting the OLD object or the NEW one: editing the TrainJob's own
+  labels so that a ``trainJobSelector`` no longer matches does not step out of a policy (namespace labels are an
+  admin's; ``runtimeRef`` and ``trainer`` are immutable in the CRD).
+* A scheduling label one of those policies sets (``kueue.x-k8s.io/queue-name``, ``kueue.x-k8s.io/priority-class``,
+  ``kai.scheduler/queue``) that the old object carries cannot be removed or changed to another value.
+* Unsuspending (``spec.suspend`` true -> false or unset) a job that lacks such a label is refused: the job would
+  run outside the queue the policy puts it in.
+* Limits and topology fit: only violations the update INTRODUCES are refused (``runtimePatches`` stay mutable, so an
+  update can change the merged job); violations the old object already had are not re-judged, so a policy
+  tightened after admission does not block status-like updates (Kueue's unsuspend and its
+  ``kueue.x-k8s.io/manager`` runtimePatch, a finalizer removal) of jobs admitted before.
+
+Adding a missing label, or keeping it as it was, is always fine; Kueue's own updates (suspend, its runtimePatch)
+keep the labels and so pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.field import forbidden, required
+from webhook.policy.enforcement import SCHEDULING, SCHEDULING_LABELS, Finding, findings, label_path
+from webhook.policy.limits import Violation
+from webhook.policy.matching import application_order
+from webhook.policy.policy_model import Policy
+
+
+def judging_policies(matched_new: list[Policy], matched_old: list[Policy]) -> list[Policy]:
+    """Policies selecting the old object or the new one, in application order."""
+    by_name = {p.name: p for p in matched_old}
+    by_name.update({p.name: p for p in matched_new})
+    return application_order(by_name.values())
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _suspended(obj: dict[str, Any]) -> bool:
+    return (obj.get("spec") or {}).get("suspend") is True
+
+
+def scheduling_update_findings(obj: dict[str, Any], old: dict[str, Any], policies: list[Policy]) -> list[Finding]:
+    new_labels, old_labels = _labels(obj), _labels(old)
+    unsuspending = _suspended(old) and not _suspended(obj)
+    found: list[Finding] = []
+    for key, pick in SCHEDULING_LABELS:
+        setters = [p for p in policies if pick(p)]
+        if not setters:
+            continue
+        owner = next((p for p in setters if p.enforcing), setters[0])
+        before, after = old_labels.get(key), new_labels.get(key)
+        if before and after != before:
+            what = "removed" if not after else f"changed to {after!r}"
+            found.append(Finding(SCHEDULING, Violation(owner, forbidden(
+                label_path(key), f'cannot be {what} while TrainJobPolicy "{owner.name}" selects this job '
+                f"(it was {before!r})"))))
+        elif not after and unsuspending:
+            found.append(Finding(SCHEDULING, Violation(owner, required(
+                label_path(key), f'TrainJobPolicy "{owner.name}" schedules this job through {pick(owner)!r}; '
+                "a job without the label cannot be unsuspended"))))
+    return found
+
+
+def _build_inputs(obj: dict[str, Any]) -> tuple[Any, Any]:
+    """What the merged job depends on, less what cannot change it (suspend, runtimePatch times)."""
+    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "suspend"}
+    patches = spec.get("runtimePatches")
+    if isinstance(patches, list):
+        spec["runtimePatches"] = [{k: v for k, v in p.items() if k != "time"} if isinstance(p, dict) else p
+                                  for p in patches]
+    return spec, (obj.get("metadata") or {}).get("annotations")
+
+
+def update_findings(obj: dict[str, Any], old: dict[str, Any], runtime: dict[str, Any],
+                    policies: list[Policy]) -> list[Finding]:
+    """Findings for an UPDATE from ``old`` to ``obj`` under the judging ``policies``."""
+    if not policies:
+        return []
+    if _build_inputs(obj) == _build_inputs(old):
+        return scheduling_update_findings(obj, old, policies)
+    before = {str(f.violation.error) for f in findings(old, runtime, policies, scheduling=False)}
+    introduced = [f for f in findings(obj, runtime, policies, scheduling=False) if str(f.violation.error) not in before]
+    return introduced + scheduling_update_findings(obj, old, policies)
