@@ -8,17 +8,55 @@ clients that only need a descriptor.
 
 Never crash on a request: every per-connection failure is answered (when the stream still allows it) and logged,
 and ends that connection only.
+
+Who may connect. The socket is created ``socket_mode`` (0660) with group ``socket_group``, inside a per-DatasetCache
+host directory (``webhook.runtime.dataset_cache``) that the trainer pods of that cache's TrainJobs mount and whose
+pods carry that group in ``supplementalGroups``. The kernel refuses ``connect`` to anyone else without
+CAP_DAC_OVERRIDE; on top of that the agent reads each connection's SO_PEERCRED / SO_PEERGROUPS and refuses
+(``Forbidden``) a peer whose group or supplementary groups do not include ``socket_group`` (root in a container has
+CAP_DAC_OVERRIDE and passes the mode bits; the group check still refuses it). The group is not a secret (any pod
+author can list any GID in ``supplementalGroups``): the boundary is who can *reach* the socket, i.e. who can mount
+its host directory, which only the controller's JobSets do for TrainJobs in the cache's own namespace and which
+Pod Security baseline forbids to everyone else (hostPath volumes). The group narrows that further to the
+containers meant to use the cache (and keeps host users and hostPath-capable pods without the group out).
+
+Limits, so that no peer can starve the others (each measured per connection and per peer, a peer being the
+SO_PEERCRED (uid, pid); a process in another pid namespace, i.e. any other pod, shows pid 0, so there a peer is
+a uid):
+
+* connections: ``max_connections`` in all, ``max_connections_per_peer`` per peer. At the limit a newcomer takes
+  the least recently active connection of the peer holding the most connections, if that peer holds more than
+  the newcomer's would, and that connection has nothing in progress (its client reconnects transparently on its
+  next request: every request is idempotent); otherwise the newcomer is answered ``Busy``, which the client
+  retries with backoff.
+* time: a frame, once begun, must complete within ``frame_timeout``; a connection with no traffic for
+  ``idle_timeout`` is closed, whether idle or stalled (a client that stopped reading its replies).
+* descriptors in flight: SCM_RIGHTS descriptors sent but not yet received are charged by the kernel to the
+  *sender's* user (``unix_inflight``), and once that count exceeds the sender's RLIMIT_NOFILE every further send of
+  descriptors by any process of that user fails with ETOOMANYREFS. The count is not released when the sender
+  closes its end, only when the receiver reads the descriptors or closes its end. So the agent bounds what it has
+  in flight: per connection (``max_unread_fds``), per peer (at most a quarter of the total) and in all
+  (``max_unread_fds_total``, at most half the agent's RLIMIT_NOFILE), using SIOCOUTQ (bytes this end sent that the peer has not consumed; 0 means every
+  descriptor sent was received) to learn when a client has read. A connection whose next request could exceed a
+  bound is not read from until its client reads; a connection the agent closes while its client still holds
+  unread descriptors is shut down but kept (not served, counted) until the client reads or closes, so closing and
+  reconnecting cannot shed the charge. Residual risk: the kernel's count is per UID node-wide, so processes of
+  other pods running as the agent's UID share it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
 import os
+import resource
 import socket
 import stat
 import struct
+import termios
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -32,6 +70,7 @@ from controller.cache.index import ShardEntry, ShardIndex, checksum_fd
 from controller.cache.protocol import (
     HEADER,
     LIST_PAGE_LIMIT,
+    MAX_OPEN_BATCH,
     MAX_REQUEST_BYTES,
     ErrorCode,
     ProtocolError,
@@ -56,10 +95,16 @@ class AgentConfig:
     http_host: str = "0.0.0.0"
     http_port: int | None = 9108  # None: no HTTP endpoint (tests, benchmarks); 0: any free port
     max_connections: int = 256
+    max_connections_per_peer: int = 128  # a peer: SO_PEERCRED (uid, pid); pid is 0 for peers in other pods
     frame_timeout: float = 10.0  # a request frame, once begun, must complete within this
+    idle_timeout: float = 60.0  # a connection without traffic for this long is closed (idle or stalled)
+    max_unread_fds: int = 4 * MAX_OPEN_BATCH  # descriptors sent on one connection and not yet received
+    max_unread_fds_per_peer: int = 16 * MAX_OPEN_BATCH
+    max_unread_fds_total: int = 64 * MAX_OPEN_BATCH  # and at most half of RLIMIT_NOFILE (see the module docstring)
     maintain_interval: float | None = 5.0  # None: no background passes; the owner calls maintain()
     rescan_interval: float = 30.0
-    socket_mode: int = 0o666  # trainer pods run as any UID; access is governed by who may mount the directory
+    socket_mode: int = 0o660
+    socket_group: int | None = None  # None: the agent's own group; only peers in this group are served
 
 
 def plan_warm_set(entries: list[ShardEntry], budget: int) -> list[ShardEntry]:
@@ -110,6 +155,15 @@ class AgentMetrics:
         self.evictions = Counter("trainguard_cache_evictions", "Shards evicted from the page cache", registry=r)
         self.reindexed = Counter("trainguard_cache_reindexed", "Shards found changed on disk", registry=r)
         self.errors = Counter("trainguard_cache_request_errors", "Refused requests", ["code"], registry=r)
+        self.closed = Counter(
+            "trainguard_cache_connections_closed_by_agent",
+            "Connections the agent closed: idle, evicted (for a newcomer), forbidden, busy",
+            ["reason"],
+            registry=r,
+        )
+        self.unread_fds = Gauge(
+            "trainguard_cache_unread_fds", "Descriptors sent and not yet received by clients (upper bound)", registry=r
+        )
 
 
 class CacheAgent:
@@ -124,6 +178,14 @@ class CacheAgent:
         self._server: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
         self._connections: set[_Connection] = set()
+        self._peer_connections: dict[tuple[int, int], int] = {}
+        self._lingering: set[_Connection] = set()  # closed for serving, their clients still hold unread descriptors
+        self._unread_by_peer: dict[tuple[int, int], int] = {}
+        self._unread_total = 0
+        self.unread_limit_total = config.max_unread_fds_total
+        self.unread_limit_peer = config.max_unread_fds_per_peer
+        self.unread_limit_connection = config.max_unread_fds
+        self.socket_gid = os.getegid() if config.socket_group is None else config.socket_group
         self._runner: web.AppRunner | None = None
         self._wake = asyncio.Event()
         self._maintain_lock = asyncio.Lock()
@@ -136,10 +198,19 @@ class CacheAgent:
         log.info("indexed dataset", extra={"fields": {"root": self.index.root, "shards": len(result.added),
                                                       "refused": result.refused[:20]}})
         self._publish_index_metrics()
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            # The kernel refuses descriptors in flight past RLIMIT_NOFILE for the agent's whole UID: stay well below.
+            self.unread_limit_total = max(MAX_OPEN_BATCH, min(self.config.max_unread_fds_total, soft // 2))
+        # One peer never holds more than a quarter of the total, so others keep getting descriptors.
+        self.unread_limit_peer = min(self.config.max_unread_fds_per_peer,
+                                     max(MAX_OPEN_BATCH, self.unread_limit_total // 4))
+        self.unread_limit_connection = min(self.config.max_unread_fds, self.unread_limit_peer)
         self._server = self._bind_socket()
         if self.config.http_port is not None:
             await self._start_http()
         self._spawn(self._accept_loop())
+        self._spawn(self._sweep_loop())
         if self.config.maintain_interval is not None:
             self._spawn(self._maintain_loop())
         self._spawn(self._rescan_loop())
@@ -150,6 +221,8 @@ class CacheAgent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for connection in list(self._connections):
             connection.close()
+        for connection in list(self._lingering):
+            connection.release()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(FileNotFoundError):
@@ -199,11 +272,19 @@ class CacheAgent:
             finally:
                 probe.close()
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(path)
-        os.chmod(path, self.config.socket_mode)
+        server.bind(path)  # created with the umask's mode (0755 at most): no one else can connect before the chmod
+        try:
+            if self.socket_gid != os.getegid():
+                os.chown(path, -1, self.socket_gid)  # the agent is a member of the group (its pod's supplementalGroups)
+            os.chmod(path, self.config.socket_mode)
+        except OSError:
+            server.close()
+            os.unlink(path)
+            raise
         server.listen(128)
         server.setblocking(False)
-        log.info("serving", extra={"fields": {"socket": path}})
+        log.info("serving", extra={"fields": {"socket": path, "mode": oct(self.config.socket_mode),
+                                              "group": self.socket_gid}})
         return server
 
     async def _start_http(self) -> None:
@@ -244,20 +325,121 @@ class CacheAgent:
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
-            if len(self._connections) >= self.config.max_connections:
-                self.metrics.errors.labels(ErrorCode.BUSY.value).inc()
-                with contextlib.suppress(OSError):
-                    conn.send(encode(error_reply(ErrorCode.BUSY, "too many connections; retry later")))
-                conn.close()
+            peer = _peer_credentials(conn)
+            if peer is None or not self._allowed(peer):
+                self._refuse(conn, peer, ErrorCode.FORBIDDEN,
+                             f"this socket serves members of group {self.socket_gid} only")
                 continue
-            connection = _Connection(self, conn, loop)
+            if not self._make_room(peer.key):
+                self._refuse(conn, peer, ErrorCode.BUSY, "too many connections; retry later")
+                continue
+            connection = _Connection(self, conn, loop, peer)
             self._connections.add(connection)
+            self._peer_connections[peer.key] = self._peer_connections.get(peer.key, 0) + 1
             self.metrics.connections.set(len(self._connections))
             connection.start()
 
+    def _allowed(self, peer: "Peer") -> bool:
+        return peer.gid == self.socket_gid or self.socket_gid in peer.groups
+
+    def _refuse(self, conn: socket.socket, peer: "Peer | None", code: ErrorCode, message: str) -> None:
+        self.metrics.closed.labels(code.value.lower()).inc()
+        self._count_error(code, peer.fields if peer else {}, message)
+        with contextlib.suppress(OSError):
+            conn.send(encode(error_reply(code, message)))
+        conn.close()
+
+    def _make_room(self, key: tuple[int, int]) -> bool:
+        """Whether a newcomer of peer ``key`` may connect, closing another connection to make room if fair.
+
+        Within its peer's limit and the total: yes. Over its peer's limit: only by taking that peer's own least
+        recently active connection. Over the total: by taking the least recently active connection of the peer
+        holding the most connections, if it holds more than ``key`` would. Only connections with nothing in
+        progress are taken (their clients reconnect on their next request)."""
+        mine = self._peer_connections.get(key, 0)
+        if mine >= self.config.max_connections_per_peer:
+            return self._evict(lambda c: c.peer.key == key)
+        if len(self._connections) < self.config.max_connections:
+            return True
+        heaviest = max(self._peer_connections.items(), key=lambda item: item[1], default=(None, 0))
+        if heaviest[1] <= mine + 1:
+            return False
+        return self._evict(lambda c: c.peer.key == heaviest[0])
+
+    def _evict(self, eligible: Callable[["_Connection"], bool]) -> bool:
+        candidates = [c for c in self._connections if eligible(c) and not c.in_progress()]
+        if not candidates:
+            return False
+        victim = min(candidates, key=lambda c: c.last_active)
+        log.info("connection closed for a newcomer", extra={"fields": victim.peer.fields})
+        self.metrics.closed.labels("evicted").inc()
+        victim.close()
+        return True
+
     def _connection_done(self, connection: "_Connection") -> None:
         self._connections.discard(connection)
+        key = connection.peer.key
+        left = self._peer_connections.get(key, 0) - 1
+        if left > 0:
+            self._peer_connections[key] = left
+        else:
+            self._peer_connections.pop(key, None)
         self.metrics.connections.set(len(self._connections))
+
+    # -- descriptors in flight ---------------------------------------------------------------------------
+    def _charge(self, connection: "_Connection", count: int) -> None:
+        connection.unread += count
+        key = connection.peer.key
+        self._unread_by_peer[key] = self._unread_by_peer.get(key, 0) + count
+        self._unread_total += count
+        self.metrics.unread_fds.set(self._unread_total)
+
+    def _discharge(self, connection: "_Connection") -> None:
+        count, connection.unread = connection.unread, 0
+        key = connection.peer.key
+        left = self._unread_by_peer.get(key, 0) - count
+        if left > 0:
+            self._unread_by_peer[key] = left
+        else:
+            self._unread_by_peer.pop(key, None)
+        self._unread_total -= count
+        self.metrics.unread_fds.set(self._unread_total)
+
+    def _room_for_fds(self, connection: "_Connection") -> bool:
+        """Whether ``connection`` may be answered now: the largest reply (``MAX_OPEN_BATCH`` descriptors) must fit
+        within its own, its peer's and the agent's bound on descriptors not yet received."""
+        connection.refresh_unread()
+        if not self._fits(connection):
+            for other in list(self._connections) + list(self._lingering):  # learn what other clients have read
+                other.refresh_unread()
+        return self._fits(connection)
+
+    def _fits(self, connection: "_Connection") -> bool:
+        need = MAX_OPEN_BATCH
+        return (
+            connection.unread + need <= self.unread_limit_connection
+            and self._unread_by_peer.get(connection.peer.key, 0) + need <= self.unread_limit_peer
+            and self._unread_total + need <= self.unread_limit_total
+        )
+
+    async def _sweep_loop(self) -> None:
+        """Close connections without traffic for ``idle_timeout``; release lingering ones once their clients read."""
+        interval = max(0.01, min(1.0, self.config.idle_timeout / 4))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for connection in list(self._connections):
+                if connection.slow is None and now - connection.last_active >= self.config.idle_timeout:
+                    log.info("closing a connection without traffic", extra={"fields": {
+                        **connection.peer.fields, "idleSeconds": round(now - connection.last_active, 1),
+                        "stalled": connection.in_progress()}})
+                    self.metrics.closed.labels("idle").inc()
+                    connection.close()
+            for connection in list(self._lingering):
+                connection.refresh_unread()
+                if not connection.unread:
+                    connection.release()
 
     def _answer_now(self, body: bytes, peer: dict) -> tuple[bytes, list[int]] | None:
         """Answer a request without leaving the event-loop callback, or None when it needs the slow path.
@@ -499,15 +681,23 @@ class _Connection:
     per-open cost at one loop wake-up. Requests that need blocking work (hashing a new or changed shard) run as
     a task; reading pauses meanwhile, so replies stay in request order. When the client does not read its
     replies, unsent ones queue up and reading pauses until they drain (the bound on what one client can make
-    the agent hold). A frame, once begun, must complete within ``frame_timeout``.
+    the agent hold). A frame, once begun, must complete within ``frame_timeout``. Before each request the
+    connection must have room for a full batch of descriptors (``CacheAgent._room_for_fds``); otherwise it is
+    *held*: not read from, polled until its client has read what it was sent.
     """
 
-    def __init__(self, agent: CacheAgent, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+    def __init__(self, agent: CacheAgent, sock: socket.socket, loop: asyncio.AbstractEventLoop, peer: "Peer"):
         self.agent = agent
         self.sock = sock
         self.loop = loop
         self.fileno = sock.fileno()
-        self.peer = _peer_credentials(sock)
+        self.peer = peer
+        self.fields = peer.fields  # for logs
+        self.last_active = loop.time()
+        self.unread = 0  # descriptors sent on this connection and possibly not yet received (an upper bound)
+        self.held = False
+        self.poll: asyncio.TimerHandle | None = None
+        self.released = False
         self.inbox = bytearray()
         self.outbox: deque[tuple[bytes, list[int]]] = deque()  # unsent reply bytes, fds not yet sent
         self.reading = False
@@ -520,7 +710,13 @@ class _Connection:
     def start(self) -> None:
         self._resume_reading()
 
+    def in_progress(self) -> bool:
+        """Whether closing now would lose something: a request being read or answered, a reply not yet sent."""
+        return bool(self.inbox) or self.slow is not None or bool(self.outbox) or self.held
+
     def close(self) -> None:
+        """Stop serving. If the client still holds descriptors it has not received, the socket is shut down but
+        kept (lingering, still charged) until it has read them or closed its end: only that releases the charge."""
         if self.closed:
             return
         self.closed = True
@@ -530,13 +726,37 @@ class _Connection:
             self.writing = False
         if self.timer is not None:
             self.timer.cancel()
+        if self.poll is not None:
+            self.poll.cancel()
         if self.slow is not None and self.slow is not asyncio.current_task():
             self.slow.cancel()
         for _, fds in self.outbox:
             _close_all(fds)
         self.outbox.clear()
-        self.sock.close()
         self.agent._connection_done(self)
+        self.refresh_unread()
+        if self.unread:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)  # the client reads what is queued, then end of stream
+            self.agent._lingering.add(self)
+            log.info("client holds unread descriptors; kept until it reads or leaves",
+                     extra={"fields": {**self.fields, "unreadFds": self.unread}})
+        else:
+            self.release()
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.agent._lingering.discard(self)
+        if self.unread:
+            self.agent._discharge(self)
+        self.sock.close()
+
+    def refresh_unread(self) -> None:
+        """Forget the descriptors charged to this connection once the client has consumed everything sent."""
+        if self.unread and not self.released and _unsent_bytes(self.sock) == 0:
+            self.agent._discharge(self)
 
     # -- reading -----------------------------------------------------------------------------------------
     def _resume_reading(self) -> None:
@@ -555,26 +775,27 @@ class _Connection:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+            log.info("client connection lost", extra={"fields": {**self.fields, "error": str(exc)}})
             self.close()
             return
         if not data:
             if self.inbox:
-                log.info("client left mid-request", extra={"fields": {**self.peer, "reason": "IncompleteRead"}})
+                log.info("client left mid-request", extra={"fields": {**self.fields, "reason": "IncompleteRead"}})
             self.close()  # otherwise a clean close between requests
             return
+        self.last_active = self.loop.time()
         self.inbox += data
         self._process()
 
     def _process(self) -> None:
         """Answer the complete frames in the inbox, as long as nothing is pending."""
         try:
-            while not self.closed and self.slow is None and not self.outbox and not self.closing:
+            while not self.closed and self.slow is None and not self.outbox and not self.closing and not self.held:
                 if len(self.inbox) < HEADER.size:
                     break
                 (length,) = HEADER.unpack_from(self.inbox)
                 if length > MAX_REQUEST_BYTES:
-                    self.agent._count_error(ErrorCode.FRAME_TOO_LARGE, self.peer, f"{length} bytes")
+                    self.agent._count_error(ErrorCode.FRAME_TOO_LARGE, self.fields, f"{length} bytes")
                     self.inbox.clear()
                     self.closing = True  # the stream cannot be resynchronised
                     self._send(
@@ -590,16 +811,19 @@ class _Connection:
                 end = HEADER.size + length
                 if len(self.inbox) < end:
                     break
+                if (self.unread or self.agent._unread_total) and not self.agent._room_for_fds(self):
+                    self._hold()
+                    break
                 body = bytes(self.inbox[HEADER.size : end])
                 del self.inbox[:end]
-                answer = self.agent._answer_now(body, self.peer)
+                answer = self.agent._answer_now(body, self.fields)
                 if answer is None:
                     self._pause_reading()
                     self.slow = self.loop.create_task(self._answer_slowly(body))
                     break
                 self._send(*answer)
         except Exception:
-            log.exception("connection failed", extra={"fields": self.peer})
+            log.exception("connection failed", extra={"fields": self.fields})
             self.close()
             return
         self._arm_timer()
@@ -607,7 +831,12 @@ class _Connection:
     def _arm_timer(self) -> None:
         """Time out only while waiting for the client to finish a frame it began."""
         waiting = (
-            bool(self.inbox) and not self.closed and self.slow is None and not self.outbox and not self.closing
+            bool(self.inbox)
+            and not self.closed
+            and self.slow is None
+            and not self.outbox
+            and not self.closing
+            and not self.held
         )
         if waiting and self.timer is None:
             self.timer = self.loop.call_later(self.agent.config.frame_timeout, self._timed_out)
@@ -615,18 +844,38 @@ class _Connection:
             self.timer.cancel()
             self.timer = None
 
+    def _hold(self) -> None:
+        """Stop reading until the client has received enough of what it was sent (polled: the kernel tells a
+        sender nothing when its peer reads)."""
+        self.held = True
+        self._pause_reading()
+        self.poll = self.loop.call_later(_HOLD_POLL_SECONDS, self._poll_held)
+        log.info("client is not reading its descriptors; holding its requests",
+                 extra={"fields": {**self.fields, "unreadFds": self.unread}})
+
+    def _poll_held(self) -> None:
+        self.poll = None
+        if self.closed:
+            return
+        if not self.agent._room_for_fds(self):
+            self.poll = self.loop.call_later(_HOLD_POLL_SECONDS, self._poll_held)
+            return
+        self.held = False
+        self._resume_reading()
+        self._process()
+
     def _timed_out(self) -> None:
         self.timer = None
-        log.info("client left mid-request", extra={"fields": {**self.peer, "reason": "TimeoutError"}})
+        log.info("client left mid-request", extra={"fields": {**self.fields, "reason": "TimeoutError"}})
         self.close()
 
     async def _answer_slowly(self, body: bytes) -> None:
         try:
-            reply, fds = await self.agent._answer(body, self.peer)
+            reply, fds = await self.agent._answer(body, self.fields)
         except asyncio.CancelledError:
             raise
         except Exception:  # _answer answers its own failures; this is a bug, not a request
-            log.exception("connection failed", extra={"fields": self.peer})
+            log.exception("connection failed", extra={"fields": self.fields})
             self.close()
             return
         if self.closed:
@@ -652,10 +901,16 @@ class _Connection:
                 sent = 0
             except OSError as exc:
                 _close_all(fds)
-                log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+                if fds and exc.errno == errno.ETOOMANYREFS:
+                    self._send(self._quota_exhausted(), [])
+                    return
+                log.info("client connection lost", extra={"fields": {**self.fields, "error": str(exc)}})
                 self.close()
                 return
             if sent:
+                self.last_active = self.loop.time()
+                if fds:
+                    self.agent._charge(self, len(fds))
                 _close_all(fds)
                 fds = []
             if sent == len(data):
@@ -677,10 +932,17 @@ class _Connection:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.info("client connection lost", extra={"fields": {**self.peer, "error": str(exc)}})
+                if fds and exc.errno == errno.ETOOMANYREFS:  # nothing of this reply went out: answer Busy instead
+                    _close_all(fds)
+                    self.outbox[0] = (self._quota_exhausted(), [])
+                    continue
+                log.info("client connection lost", extra={"fields": {**self.fields, "error": str(exc)}})
                 self.close()
                 return
             if sent:
+                self.last_active = self.loop.time()
+                if fds:
+                    self.agent._charge(self, len(fds))
                 _close_all(fds)
                 fds = []
             if sent < len(data):
@@ -697,19 +959,69 @@ class _Connection:
             self._process()
 
 
+    def _quota_exhausted(self) -> bytes:
+        """The Busy reply replacing one whose descriptors the kernel refused (ETOOMANYREFS: the agent's UID has too
+        many in flight, e.g. charged by other processes of that UID on the node); the client retries Busy."""
+        message = "descriptor quota of the agent's user exhausted (ETOOMANYREFS); retry later"
+        self.agent._count_error(ErrorCode.BUSY, self.fields, message)
+        return encode(error_reply(ErrorCode.BUSY, message))
+
+
+_HOLD_POLL_SECONDS = 0.02
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python names it only on some builds
+_OUTQ = bytes(4)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A connected client as the kernel saw it at connect(): SO_PEERCRED and SO_PEERGROUPS."""
+
+    pid: int
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.uid, self.pid)
+
+    @property
+    def fields(self) -> dict:
+        return {"peerPid": self.pid, "peerUid": self.uid, "peerGid": self.gid}
+
+
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
 
 
-def _peer_credentials(conn: socket.socket) -> dict:
+def _peer_credentials(conn: socket.socket) -> Peer | None:
+    """The peer's credentials, or None when the kernel cannot tell (then the peer is refused)."""
     try:
         raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, uid, gid = struct.unpack("3i", raw)
-        return {"peerPid": pid, "peerUid": uid, "peerGid": gid}
     except OSError:
-        return {}
+        return None
+    groups: tuple[int, ...] = ()
+    for size in (64, 65536):  # NGROUPS_MAX is 65536; ERANGE when the buffer is too small
+        try:
+            raw = conn.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 4 * size)
+        except OSError as exc:
+            if exc.errno == errno.ERANGE:
+                continue
+            break
+        groups = struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4])
+        break
+    return Peer(pid, uid, gid, groups)
+
+
+def _unsent_bytes(sock: socket.socket) -> int:
+    """SIOCOUTQ: bytes this end sent that the peer has not consumed yet (a fully read reply is freed at once)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, _OUTQ))[0]
+    except OSError:
+        return 0  # the socket is gone: nothing of it is in flight any more
 
 
 def _page_round(size: int) -> int:

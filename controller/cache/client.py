@@ -27,6 +27,7 @@ import itertools
 import logging
 import mmap
 import os
+import random
 import socket
 import stat as stat_module
 import threading
@@ -42,6 +43,8 @@ ENV_DATASET = "TRAINGUARD_DATASET"
 ENV_DATASET_ROOT = "TRAINGUARD_DATASET_ROOT"
 ENV_CUDART = "TRAINGUARD_CUDART"
 DEFAULT_OPEN_BATCH = 32  # shards opened per round trip by open_shards
+BUSY_BACKOFF_FIRST = 0.01  # seconds; doubled per Busy answer up to BUSY_BACKOFF_MAX, each delay drawn with full jitter
+BUSY_BACKOFF_MAX = 1.0
 _SCM_MAX_FD = 253  # the most descriptors Linux passes in one message
 _DIRECT_DIR_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_DIRECTORY
 _DIRECT_FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
@@ -129,6 +132,13 @@ class CacheClient:
     """A connection to the node's cache agent, reconnecting when the agent restarts; or direct reads.
 
     Thread-safe: one request at a time on the connection (requests are tiny; the data never crosses it).
+
+    Retries (every request is idempotent): a lost connection (agent restarting, or closing an idle connection)
+    is re-established within ``reconnect_timeout``; a ``Busy`` answer (the agent's connection or descriptor limits)
+    is retried after a delay drawn uniformly from [0, d], d doubling from ``BUSY_BACKOFF_FIRST`` up to
+    ``BUSY_BACKOFF_MAX`` (full jitter, so clients turned away together do not return together), until
+    ``busy_timeout`` has passed since the request began, when the last ``Busy`` is raised. Every other refusal is
+    raised at once.
     """
 
     def __init__(
@@ -138,11 +148,13 @@ class CacheClient:
         dataset_root: str | None = None,
         timeout: float = 10.0,
         reconnect_timeout: float = 30.0,
+        busy_timeout: float = 30.0,
     ):
         self.socket_path = socket_path if socket_path is not None else os.environ.get(ENV_SOCKET)
         self.dataset_root = dataset_root if dataset_root is not None else os.environ.get(ENV_DATASET_ROOT)
         self.timeout = timeout
         self.reconnect_timeout = reconnect_timeout
+        self.busy_timeout = busy_timeout
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self.mode = self._choose_mode()
@@ -370,15 +382,32 @@ class CacheClient:
     def _request(self, message: dict) -> tuple[dict, list[int]]:
         """Send one request and read its reply, reconnecting (requests are idempotent) if the agent went away."""
         frame = protocol.encode(message)
-        deadline = time.monotonic() + self.reconnect_timeout
+        started = time.monotonic()
+        deadline = started + self.reconnect_timeout
+        busy_deadline = started + self.busy_timeout
+        busy_answers = 0
         with self._lock:
             while True:
                 try:
                     if self._sock is None:
                         self._connect()
                     assert self._sock is not None
-                    self._sock.sendall(frame)
+                    try:
+                        self._sock.sendall(frame)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # closed at once: the agent's reason (Busy, Forbidden) may be queued; else end of stream
                     reply, fds = self._read_reply()
+                    if _is_busy(reply):
+                        _close_all(fds)
+                        self._disconnect()  # a connection turned away at accept is closed by the agent anyway
+                        now = time.monotonic()
+                        if now >= busy_deadline:
+                            break  # raised below as the agent's Busy
+                        delay = random.uniform(0, min(BUSY_BACKOFF_MAX, BUSY_BACKOFF_FIRST * 2**busy_answers))
+                        busy_answers += 1
+                        time.sleep(min(delay, busy_deadline - now))
+                        deadline = time.monotonic() + self.reconnect_timeout  # the agent is up: reconnects are new
+                        continue
                     break
                 except (ConnectionError, FileNotFoundError, EOFError, socket.timeout, BrokenPipeError) as exc:
                     self._disconnect()
@@ -460,6 +489,10 @@ def _close_all(fds: list[int]) -> None:
         except OSError:
             pass
     fds.clear()
+
+
+def _is_busy(reply: dict) -> bool:
+    return not reply.get("ok") and isinstance(reply.get("error"), dict) and reply["error"].get("code") == "Busy"
 
 
 def _info(raw: Any) -> ShardInfo:

@@ -25,6 +25,14 @@ others are served. A request whose ``shards`` is not a list of 1..``MAX_OPEN_BAT
 
 Errors: ``{"ok": false, "error": {"code": <ErrorCode>, "message": "..."}}``. After ``FrameTooLarge`` or a frame cut
 short the agent closes the connection (the stream cannot be resynchronised); after other errors it stays open.
+``Busy`` and ``Forbidden`` may also come unasked, as the first frame of a connection the agent will not serve
+(connection limits; a peer without the socket's group), and the agent then closes it. ``Busy`` is the one error a
+client retries (``client.CacheClient`` backs off exponentially with jitter, within a total deadline).
+
+Limits the agent enforces (``agent.AgentConfig``): connections in all and per peer (SO_PEERCRED uid and pid);
+idle connections are closed after ``idle_timeout`` (the client reconnects transparently: every request is
+idempotent); a frame must complete within ``frame_timeout``; descriptors sent but not yet received are bounded per
+connection, per peer and in all, and a connection at its bound is not served until its client reads.
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ class ErrorCode(str, Enum):
     INVALID_NAME = "InvalidName"  # absolute, "..", empty components, NUL
     OUTSIDE_ROOT = "OutsideRoot"  # a symlink resolving outside the dataset root
     NOT_FOUND = "NotFound"
-    BUSY = "Busy"  # connection limit reached
+    BUSY = "Busy"  # a connection or descriptor limit reached; the client retries with backoff
+    FORBIDDEN = "Forbidden"  # the peer does not carry the socket's group
     CHANGED = "Changed"  # the shard kept changing on disk while being opened; retry later
     INTERNAL = "Internal"
 

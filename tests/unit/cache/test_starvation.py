@@ -1,0 +1,393 @@
+"""Issue 10, attack 6: the cache agent cannot be starved locally, nor reached by peers outside its socket's group.
+
+Each attack runs as an attacker on the node would run it, from a process of its own (``in_child``: a forked
+process, optionally under another uid/gid/groups, so the kernel sees distinct peers and applies its permission
+checks), and each test also shows that the legitimate neighbour is still served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import pickle
+import resource
+import signal
+import socket
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from controller.cache.agent import AgentConfig, CacheAgent
+from controller.cache.client import CacheClient, CacheError, CacheUnavailable
+from controller.cache.protocol import MAX_OPEN_BATCH, encode
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switches uid/gid in forked children")
+
+OTHER_UID = 47123  # ids nothing else on the machine uses: the kernel's in-flight count is per user
+SOCKET_GID = 47124
+
+
+def in_child(fn: Callable[[], Any], *, uid: int | None = None, gid: int | None = None,
+             groups: list[int] | None = None, timeout: float = 60) -> Any:
+    """Run ``fn`` in a forked process (as ``uid``/``gid``/``groups`` when given) and return its result, or raise
+    what it raised."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read_end)
+        try:
+            _become(uid, gid, groups)
+            payload = pickle.dumps(("ok", fn()))
+        except BaseException as exc:  # sent back and raised in the parent
+            payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
+        os.write(write_end, payload)
+        os._exit(0)
+    os.close(write_end)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            while chunk := pipe.read(65536):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError("child did not finish")
+    finally:
+        os.waitpid(pid, 0)
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "error":
+        raise AssertionError(f"child failed: {value}")
+    return value
+
+
+def _become(uid: int | None, gid: int | None, groups: list[int] | None) -> None:
+    if groups is not None:
+        os.setgroups(groups)
+    if gid is not None:
+        os.setgid(gid)
+    if uid is not None:
+        os.setuid(uid)
+
+
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    """A directory other uids can traverse (pytest's tmp_path lives under a 0700 directory)."""
+    path = Path(tempfile.mkdtemp(prefix="trainguard-starve-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    try:
+        yield path
+    finally:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def many_shards(root: Path, count: int) -> list[str]:
+    (root / "s").mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(count):
+        (root / "s" / f"{i:04d}.bin").write_bytes(bytes([i % 251]) * 4096)
+        names.append(f"s/{i:04d}.bin")
+    os.chmod(root, 0o755)
+    os.chmod(root / "s", 0o755)
+    return names
+
+
+def raw_connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    return sock
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# -- connection slots ----------------------------------------------------------------------------------------
+def hold_connections(path: str, count: int, seconds: float) -> Callable[[], dict]:
+    """The attack: open ``count`` connections and hold them idle. Reports how many the agent left open shortly
+    after (``alive``) and after ``seconds`` (``aliveAfter``); the others it refused or closed."""
+
+    def alive(socks: list[socket.socket]) -> int:
+        n = 0
+        for sock in socks:
+            sock.setblocking(False)
+            try:
+                sock.recv(1, socket.MSG_PEEK)  # data (a refusal) or end of stream: not served
+            except BlockingIOError:
+                n += 1
+            except OSError:
+                pass
+        return n
+
+    def attack() -> dict:
+        socks = []
+        while len(socks) < count:
+            try:
+                socks.append(raw_connect(path))
+            except BlockingIOError:  # the listen backlog is full for a moment: connect again
+                time.sleep(0.001)
+        time.sleep(0.3)
+        first = alive(socks)
+        time.sleep(seconds)
+        return {"alive": first, "aliveAfter": alive(socks)}
+
+    return attack
+
+
+def test_256_idle_connections_from_one_process_leave_room_for_others(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset)  # production limits: 256 connections, 128 per peer, 60 s idle timeout
+    config = agent.config
+    done: dict = {}
+
+    def attacker() -> None:
+        done.update(in_child(hold_connections(config.socket_path, 300, seconds=2.0)))
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    try:
+        time.sleep(0.5)  # the attacker has opened its 300 connections
+        # The good client, another process on the node, is served at once: ping, open, open_many.
+        client = CacheClient(config.socket_path, busy_timeout=0)
+        assert client.ping()["ok"]
+        with client.open("train/shard-1.bin") as shard:
+            assert shard.view[0] == 2
+        assert len(client.open_many(["train/shard-0.bin", "train/shard-2.bin"])) == 2
+        client.close()
+    finally:
+        thread.join(30)
+    # The attacker kept the per-peer cap, not every slot (the rest were refused Busy or displaced its own).
+    assert done == {"alive": config.max_connections_per_peer, "aliveAfter": config.max_connections_per_peer}
+
+
+def test_a_newcomer_takes_a_slot_from_the_peer_holding_the_most(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset, max_connections=8, max_connections_per_peer=8)
+    config = agent.config
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.update(in_child(hold_connections(config.socket_path, 8, 2.0))))
+    thread.start()
+    try:
+        time.sleep(1.0)  # every slot held by one idle peer, and counted by it
+        assert len(agent.agent._connections) == 8
+        client = CacheClient(config.socket_path, busy_timeout=0)
+        assert client.ping()["ok"]
+        client2 = CacheClient(config.socket_path, busy_timeout=0)  # this peer holds 1 of 8: it takes another
+        assert client2.ping()["ok"]
+        client.close()
+        client2.close()
+    finally:
+        thread.join(30)
+    assert done == {"alive": 8, "aliveAfter": 6}
+
+
+def test_a_peer_at_its_share_is_busy_rather_than_evicting_others(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset, max_connections=2)
+    first, second = CacheClient(agent.config.socket_path), CacheClient(agent.config.socket_path, busy_timeout=0)
+    assert first.ping()["ok"] and second.ping()["ok"]
+    third = CacheClient(agent.config.socket_path, busy_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(CacheError) as err:  # all three are one peer: nobody to take a slot from
+        third.ping()
+    assert err.value.code == "Busy" and 0.3 <= time.monotonic() - started < 3
+    for client in (first, second, third):
+        client.close()
+
+
+def test_idle_connections_are_closed_and_the_client_reconnects_transparently(
+    dataset: Path, start_agent: Any
+) -> None:
+    agent = start_agent(dataset, idle_timeout=0.3)
+    idle = raw_connect(agent.config.socket_path)
+    client = CacheClient(agent.config.socket_path)
+    assert client.ping()["ok"]
+    assert wait_until(lambda: not agent.agent._connections, timeout=3)  # both closed after the idle timeout
+    assert idle.recv(1) == b""
+    with client.open("train/shard-2.bin") as shard:  # the client's connection was closed too: it reconnects
+        assert shard.size == 4096
+    assert agent.agent.metrics.closed.labels("idle")._value.get() >= 2
+    client.close()
+    idle.close()
+
+
+def test_stalled_reader_is_closed_after_the_idle_timeout(dataset: Path, start_agent: Any) -> None:
+    agent = start_agent(dataset, idle_timeout=0.5)
+    agent.maintain()
+    sock = raw_connect(agent.config.socket_path)
+    sock.setblocking(False)
+    frame = encode({"op": "stat", "shard": "train/shard-0.bin"})
+    with contextlib.suppress(BlockingIOError):
+        while True:  # fill both directions and never read: the agent's outbox stays non-empty
+            sock.send(frame * 256)
+    assert wait_until(lambda: not agent.agent._connections, timeout=5)
+    sock.close()
+
+
+# -- descriptors in flight -----------------------------------------------------------------------------------
+def serve_agent_as(config: AgentConfig, *, uid: int, groups: list[int], nofile: int) -> int:
+    """Start an agent in a forked process running as ``uid`` with RLIMIT_NOFILE ``nofile`` (not root: root's
+    CAP_SYS_ADMIN exempts it from the kernel's in-flight limit). Returns its pid; SIGTERM stops it."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            _become(uid, uid, groups)
+
+            async def serve() -> None:
+                agent = CacheAgent(config)
+                await agent.start()
+                await agent.maintain()
+                stop = asyncio.Event()
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+                await stop.wait()
+                await agent.stop()
+
+            asyncio.run(serve())
+        finally:
+            os._exit(0)
+    return pid
+
+
+@needs_root
+def test_client_that_never_reads_open_many_replies_cannot_exhaust_the_descriptor_quota(public_dir: Path) -> None:
+    names = many_shards(public_dir / "data", MAX_OPEN_BATCH)
+    sock_dir = public_dir / "sock"
+    sock_dir.mkdir()
+    os.chown(sock_dir, OTHER_UID, OTHER_UID)
+    config = AgentConfig(root=str(public_dir / "data"), socket_path=str(sock_dir / "agent.sock"), http_port=None,
+                         maintain_interval=None, rescan_interval=3600.0, memory_budget=1 << 30, socket_group=0)
+    # RLIMIT_NOFILE 1024: the kernel refuses a send once the agent's user has more than 1024 descriptors in flight.
+    pid = serve_agent_as(config, uid=OTHER_UID, groups=[0], nofile=1024)
+    attacker: socket.socket | None = None
+    try:
+        assert wait_until(lambda: os.path.exists(config.socket_path))
+        attacker = raw_connect(config.socket_path)
+        request = encode({"op": "open_many", "shards": names})
+        requests = 40  # 5,120 descriptors asked for, never read: five times the kernel's limit
+        attacker.sendall(request * requests)
+        time.sleep(1.0)
+
+        def good_client() -> int:
+            client = CacheClient(config.socket_path, busy_timeout=2)
+            received = 0
+            for _ in range(10):
+                shards = client.open_many(names[:32])
+                received += len(shards)
+                for shard in shards:
+                    shard.close()
+            client.close()
+            return received
+
+        # Another process on the node keeps getting its descriptors while the attacker sits on its replies.
+        assert in_child(good_client) == 320
+        # The attacker was cut off at its bound: what reached its socket is at most one connection's share.
+        received = 0
+        attacker.setblocking(False)
+        fds: list[int] = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                data, got, _, _ = socket.recv_fds(attacker, 65536, 253)
+                if not data:
+                    break
+                fds += got
+                if len(fds) > 4 * MAX_OPEN_BATCH:
+                    break
+            received = len(fds)
+        received = len(fds)
+        for fd in fds:
+            os.close(fd)
+        assert received == MAX_OPEN_BATCH  # RLIMIT_NOFILE 1024: 512 in all, a quarter per peer
+        # Once it reads, it is served again: every request is eventually answered.
+        attacker.setblocking(True)
+        attacker.settimeout(10)
+        total = received
+        while total < requests * MAX_OPEN_BATCH:
+            data, got, _, _ = socket.recv_fds(attacker, 65536, 253)
+            assert data, f"agent closed after {total} descriptors"
+            total += len(got)
+            for fd in got:
+                os.close(fd)
+        assert total == requests * MAX_OPEN_BATCH
+    finally:
+        if attacker is not None:
+            attacker.close()
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+
+
+def test_descriptors_unread_when_a_connection_is_closed_stay_charged_until_the_client_reads(
+    dataset: Path, start_agent: Any
+) -> None:
+    """Closing the agent's end does not free descriptors queued at the client: the connection lingers, counted,
+    so that reconnecting cannot shed the charge; it is released once the client has read or closed."""
+    agent = start_agent(dataset, idle_timeout=0.3)
+    agent.maintain()
+    shards = ["train/shard-0.bin", "train/shard-1.bin", "train/shard-2.bin"]
+    readers = []
+    for _ in range(2):
+        sock = raw_connect(agent.config.socket_path)
+        sock.sendall(encode({"op": "open_many", "shards": shards}))
+        readers.append(sock)
+    assert wait_until(lambda: not agent.agent._connections and len(agent.agent._lingering) == 2, timeout=5)
+    assert agent.agent._unread_total == 6
+    reading, leaving = readers
+    reply, fds, _, _ = socket.recv_fds(reading, 65536, 253)  # the client reads what was queued, then end of stream
+    assert len(fds) == 3 and reading.recv(1) == b""
+    for fd in fds:
+        os.close(fd)
+    leaving.close()  # closing its end discards the queued descriptors: released too
+    assert wait_until(lambda: not agent.agent._lingering, timeout=5)
+    assert agent.agent._unread_total == 0
+    reading.close()
+
+
+# -- who may connect -----------------------------------------------------------------------------------------
+@needs_root
+def test_only_peers_in_the_socket_group_are_served(public_dir: Path, start_agent: Any, dataset: Path) -> None:
+    socket_path = str(public_dir / "agent.sock")
+    agent = start_agent(dataset, socket_path=socket_path, socket_group=SOCKET_GID)
+    st = os.stat(socket_path)
+    assert (st.st_mode & 0o777, st.st_gid) == (0o660, SOCKET_GID)
+    expected = (dataset / "train" / "shard-1.bin").read_bytes()
+
+    def open_shard() -> Any:
+        client = CacheClient(socket_path, reconnect_timeout=0.2, busy_timeout=0)
+        try:
+            with client.open("train/shard-1.bin") as shard:
+                return bytes(shard.view) == expected
+        except CacheError as exc:
+            return exc.code
+        except CacheUnavailable:
+            return "unreachable"
+        finally:
+            client.close()
+
+    def connect_errno() -> int:
+        try:
+            raw_connect(socket_path).close()
+            return 0
+        except OSError as exc:
+            return exc.errno
+
+    # A trainer process with the group: served.
+    assert in_child(open_shard, uid=OTHER_UID, gid=OTHER_UID, groups=[SOCKET_GID]) is True
+    assert in_child(open_shard, uid=OTHER_UID, gid=SOCKET_GID, groups=[]) is True
+    # Without the group the kernel refuses the connect (mode 0660)...
+    assert in_child(connect_errno, uid=OTHER_UID, gid=OTHER_UID, groups=[]) == errno.EACCES
+    assert in_child(open_shard, uid=OTHER_UID, gid=OTHER_UID, groups=[]) == "unreachable"
+    # ...and root, whose CAP_DAC_OVERRIDE passes the mode bits, is refused by the agent's SO_PEERGROUPS check.
+    assert in_child(connect_errno, uid=0, gid=0, groups=[]) == 0
+    assert in_child(open_shard, uid=0, gid=0, groups=[]) == "Forbidden"
+    assert in_child(open_shard, uid=0, gid=0, groups=[SOCKET_GID]) is True
+    assert agent.agent.metrics.errors.labels("Forbidden")._value.get() == 2  # the two root connections
