@@ -12,7 +12,8 @@ the webhook's objectSelector skips them); then each TrainJob goes through the mu
 webhook, and the admitted TrainJob through the runtime build (``webhook.runtime``). Output, one YAML stream on
 stdout: per TrainJob, the admitted (mutated) TrainJob, then every object the reconciler would apply (JobSet, MPI
 SSH Secret with a placeholder key, hostfile ConfigMap, PodGroup, Flux objects, cache wiring inside the JobSet) and
-the runtime snapshot ConfigMap.
+the runtime snapshot ConfigMap, in the controller's namespace (``--snapshot-namespace``, default
+``trainguard-system``), named from the TrainJob's UID (a placeholder UID when the input has none).
 
 Exit status: 0 admitted; 1 denied (or the build fails), the message on stderr; 2 unreadable input or an unknown
 kind, naming the file and line. Warnings go to stderr as ``Warning: ...``, as kubectl prints them.
@@ -36,6 +37,8 @@ from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 VALIDATION_OPT_OUT = "trainer.kubeflow.org/webhook-validation"
+# The chart's release namespace, where the controller keeps runtime snapshots unless told otherwise.
+DEFAULT_SNAPSHOT_NAMESPACE = "trainguard-system"
 KINDS = ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "TrainJobPolicy", "DatasetCache", "Namespace",
          "JobSet", "PriorityClass")
 
@@ -159,10 +162,11 @@ def _check(verdict: Verdict, what: str, out: Rendering) -> None:
 
 
 def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_docs: list[Doc] = (),
-           out: Rendering | None = None) -> Rendering:
+           out: Rendering | None = None, snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE) -> Rendering:
     """Admit and build every TrainJob in ``docs``; raise ``Denied`` on the first refusal (warnings gathered so far
     stay in ``out``)."""
     from webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
+    from webhook.runtime.snapshot import PLACEHOLDER_UID
 
     snapshot = build_snapshot(docs)
     out = out if out is not None else Rendering()
@@ -196,7 +200,8 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
         cache = _dataset_cache_of(admitted, namespace, snapshot)
         try:
             built = build_objects(admitted, runtime, keys=placeholder_keys(), dataset_cache=cache)
-            built.append(build_runtime_snapshot(admitted, runtime))
+            with_uid = {**admitted, "metadata": {"uid": PLACEHOLDER_UID, **admitted.get("metadata", {})}}
+            built.append(build_runtime_snapshot(with_uid, runtime, snapshot_namespace))
         except BuildError as e:
             raise Denied(f"{what}: the runtime build fails: {e}") from e
         out.objects += [admitted] + built
@@ -239,15 +244,19 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--old", metavar="FILE", help="the stored TrainJob(s), for --operation UPDATE")
     parser.add_argument("--now", type=parse_now, metavar="RFC3339",
                         help="admission time (runtimePatches[].time); default: the current time")
+    parser.add_argument("--snapshot-namespace", default=DEFAULT_SNAPSHOT_NAMESPACE, metavar="NS",
+                        help="the controller's namespace, where it keeps runtime snapshots (default %(default)s)")
 
     def run(args: argparse.Namespace) -> int:
-        return main(args.files, operation=args.operation, old=args.old, now=args.now)
+        return main(args.files, operation=args.operation, old=args.old, now=args.now,
+                    snapshot_namespace=args.snapshot_namespace)
 
     return run
 
 
 def main(files: list[str], *, operation: str = "CREATE", old: str | None = None, now: datetime | None = None,
-         stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+         stdout: TextIO | None = None, stderr: TextIO | None = None,
+         snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if operation == "UPDATE" and not old:
@@ -257,7 +266,8 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
     try:
         docs = read_files(files)
         old_docs = read_files([old]) if old else []
-        render(docs, now=now or datetime.now(timezone.utc), operation=operation, old_docs=old_docs, out=result)
+        render(docs, now=now or datetime.now(timezone.utc), operation=operation, old_docs=old_docs, out=result,
+               snapshot_namespace=snapshot_namespace)
     except InputError as e:
         print(f"trainguard render: {e}", file=stderr)
         return 2

@@ -1,7 +1,11 @@
 """Wiring: watch caches -> work queue -> N workers -> reconcilers, plus leader election and shutdown.
 
 Event handlers only turn a watch event into a queue key (they never block):
-* TrainJob -> itself; JobSet / ConfigMap / Secret / PodGroup -> their controlling TrainJob owner;
+* TrainJob -> itself (DELETED also -> its runtime snapshot, for garbage collection); JobSet / ConfigMap / PodGroup
+  -> their controlling TrainJob owner; a runtime snapshot (``--snapshot-namespace``) -> itself: a snapshot whose
+  TrainJob is gone is deleted, and the initial list makes this the orphan sweep at every start;
+* TrainJobPolicy, or a Namespace's labels -> every TrainJob blocked by policy (in that namespace): it may be
+  allowed now (``enforcement``);
 * TrainingRuntime / ClusterTrainingRuntime -> the unfinished TrainJobs that reference it (a runtime created after
   its jobs unblocks them at once instead of at the next backoff);
 * DatasetCache -> itself and the TrainJobs in its namespace that name it; DaemonSet / agent Pod -> their cache;
@@ -11,7 +15,10 @@ Event handlers only turn a watch event into a queue key (they never block):
 Caches run on every replica (a standby is warm and can take over at once); workers run only on the leader. The
 initial list delivers ADDED for every object, so a new leader re-reconciles everything: nothing is lost when a
 leader dies mid-burst, and nothing is duplicated because every child has a fixed name and is applied
-idempotently.
+idempotently. A replica that loses the Lease aborts its workers and campaigns again; if it leads again it starts
+from a fresh queue holding every object in its caches (``start_workers``), as a new leader would.
+
+Secrets are not watched (the controller may not read them; see ``trainjob``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 from controller.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
 from controller.reconcile.datasetcache import DatasetCacheReconciler
+from controller.reconcile.enforcement import blocked_trainjobs
 from controller.reconcile.events import EventRecorder
 from controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
@@ -38,17 +46,22 @@ from webhook.kube.resources import (
     CONFIGMAPS,
     DATASET_CACHES,
     JOBSETS,
-    SECRETS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
+from webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
 from webhook.runtime.dataset_cache import WAITS_FOR_LABEL
 from webhook.runtime.names import DATASET_CACHE_ANNOTATION
+from webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
 
 log = logging.getLogger(__name__)
 
 TRAINJOB = "TrainJob"
 DATASET_CACHE = "DatasetCache"
+RUNTIME_SNAPSHOT = "RuntimeSnapshot"
+# What the Enforce check reads; runtimes, DatasetCaches and JobSets come from the reconciler's own caches.
+POLICY_VIEW_FIELDS = ("training_runtimes", "cluster_training_runtimes", "policies", "namespace_labels",
+                      "dataset_caches", "jobsets")
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
@@ -66,17 +79,10 @@ def _metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def secret_metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
-    """Secrets are cached for their existence only: never keep key material in the controller's memory (neither
-    ``data`` nor the copy ``kubectl apply`` leaves in the last-applied-configuration annotation)."""
-    return _metadata_only(obj)
-
-
-def configmap_for_trainjobs(obj: dict[str, Any]) -> dict[str, Any]:
-    """The controller reads the data of the ConfigMaps a TrainJob controls (the runtime snapshot) and only the
-    existence and owner of any other; the cache watches every ConfigMap in scope, so it keeps no more of those."""
-    if controller_owner(obj, "TrainJob", "trainer.kubeflow.org"):
-        return strip_managed_fields(obj)
+def configmap_metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMaps of the watched namespaces are cached for existence and owner only (a TrainJob's hostfile
+    ConfigMap changing requeues the TrainJob); the controller never reads their data - users can write it. The runtime
+    snapshots, whose data it does read, have their own cache in the snapshot namespace."""
     return _metadata_only(obj)
 
 
@@ -86,6 +92,8 @@ class Settings:
     namespace: str | None = None  # None: all namespaces
     cache_agent_image: str = "ghcr.io/trainguard/trainguard:latest"
     watch_podgroups: bool = True
+    # Where runtime snapshots live: the controller's own namespace, which users cannot write.
+    snapshot_namespace: str = "trainguard-system"
 
 
 class Controller:
@@ -101,8 +109,8 @@ class Controller:
 
         self.trainjobs = informer(TRAINJOBS)
         self.jobsets = informer(JOBSETS)
-        self.configmaps = informer(CONFIGMAPS, transform=configmap_for_trainjobs)
-        self.secrets = informer(SECRETS, transform=secret_metadata_only)
+        self.configmaps = informer(CONFIGMAPS, transform=configmap_metadata_only)
+        self.snapshots = Informer(kube, CONFIGMAPS, namespace=settings.snapshot_namespace, label_selector=LABEL_OF_UID)
         self.training_runtimes = informer(TRAINING_RUNTIMES)
         self.cluster_training_runtimes = informer(CLUSTER_TRAINING_RUNTIMES)
         self.dataset_caches = informer(DATASET_CACHES)
@@ -111,9 +119,18 @@ class Controller:
         # Trainer pods held until their DatasetCache is warm: metadata and scheduling gates only.
         self.gated_pods = informer(PODS, label_selector=WAITS_FOR_LABEL, transform=gated_pod_view)
         self.podgroups = [informer(COSCHEDULING_PODGROUPS), informer(VOLCANO_PODGROUPS)] if settings.watch_podgroups else []
-        self._informers = [self.trainjobs, self.jobsets, self.configmaps, self.secrets, self.training_runtimes,
+        # TrainJobPolicies and Namespace labels for the Enforce check, through the webhook's own snapshot builders.
+        self.policy_view = ClusterCaches(
+            kube, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],
+            shared={"training_runtimes": self.training_runtimes,
+                    "cluster_training_runtimes": self.cluster_training_runtimes,
+                    "dataset_caches": self.dataset_caches, "jobsets": self.jobsets},
+        )
+        self.policies = self.policy_view.informers["policies"]
+        self.namespaces = self.policy_view.informers["namespace_labels"]
+        self._informers = [self.trainjobs, self.jobsets, self.configmaps, self.snapshots, self.training_runtimes,
                            self.cluster_training_runtimes, self.dataset_caches, self.daemonsets, self.agent_pods,
-                           self.gated_pods, *self.podgroups]
+                           self.gated_pods, self.policies, self.namespaces, *self.podgroups]
         # PodGroup CRDs are optional (scheduler-plugins / Volcano may not be installed): they do not gate readiness.
         self._required = self._informers[: len(self._informers) - len(self.podgroups)]
 
@@ -121,13 +138,15 @@ class Controller:
         self.trainjob_reconciler = TrainJobReconciler(
             kube,
             TrainJobCaches(
-                trainjobs=self.trainjobs, jobsets=self.jobsets, configmaps=self.configmaps, secrets=self.secrets,
+                trainjobs=self.trainjobs, jobsets=self.jobsets, snapshots=self.snapshots,
                 training_runtimes=self.training_runtimes, cluster_training_runtimes=self.cluster_training_runtimes,
-                dataset_caches=self.dataset_caches,
+                dataset_caches=self.dataset_caches, cluster_snapshot=self.policy_view.snapshot,
                 coscheduling_podgroups=self.podgroups[0] if self.podgroups else None,
                 volcano_podgroups=self.podgroups[1] if self.podgroups else None,
             ),
             events,
+            snapshot_namespace=settings.snapshot_namespace,
+            scope=settings.namespace,
         )
         self.cache_reconciler = DatasetCacheReconciler(
             kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
@@ -137,17 +156,51 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
 
     # ---- caches -------------------------------------------------------------------------------------------
+    def _add(self, key: Key) -> None:
+        # Always the current queue: a replica that leads again gets a fresh one (``start_workers``).
+        self.queue.add(key)
+
     def _wire_handlers(self) -> None:
-        add = self.queue.add
-        self.trainjobs.add_handler(lambda ev: add((TRAINJOB, *object_key(ev.obj))))
+        add = self._add
+        snapshot_namespace = self.settings.snapshot_namespace
+
+        def trainjob_changed(ev: CacheEvent) -> None:
+            add((TRAINJOB, *object_key(ev.obj)))
+            if ev.type == "DELETED":
+                uid = (ev.obj.get("metadata") or {}).get("uid")
+                if uid:
+                    add((RUNTIME_SNAPSHOT, snapshot_namespace, snapshot_name(uid)))
+
+        self.trainjobs.add_handler(trainjob_changed)
+
+        def snapshot_changed(ev: CacheEvent) -> None:
+            if ev.type != "DELETED":
+                add((RUNTIME_SNAPSHOT, *object_key(ev.obj)))
+
+        self.snapshots.add_handler(snapshot_changed)
 
         def owned(ev: CacheEvent) -> None:
             owner = controller_owner(ev.obj, "TrainJob", "trainer.kubeflow.org")
             if owner:
                 add((TRAINJOB, object_key(ev.obj)[0], owner))
 
-        for inf in (self.jobsets, self.configmaps, self.secrets, *self.podgroups):
+        for inf in (self.jobsets, self.configmaps, *self.podgroups):
             inf.add_handler(owned)
+
+        def policy_changed(ev: CacheEvent) -> None:
+            for ns, name in blocked_trainjobs(self.trainjobs.items()):
+                add((TRAINJOB, ns, name))
+
+        def namespace_changed(ev: CacheEvent) -> None:
+            # Only label changes matter: a namespace that was just ADDED (or listed at start) holds no blocked job
+            # this replica has not queued anyway.
+            if ev.type != "MODIFIED":
+                return
+            for ns, name in blocked_trainjobs(self.trainjobs.items(), object_key(ev.obj)[1]):
+                add((TRAINJOB, ns, name))
+
+        self.policies.add_handler(policy_changed)
+        self.namespaces.add_handler(namespace_changed)
 
         def runtime_changed(ev: CacheEvent) -> None:
             if ev.type == "DELETED":
@@ -203,6 +256,12 @@ class Controller:
 
     # ---- workers ------------------------------------------------------------------------------------------
     def start_workers(self) -> None:
+        """Start reconciling. After ``abort_workers`` (leadership lost, then won again) the old queue is shut down:
+        start from a fresh one holding every object the caches know, exactly what a newly started leader gets
+        from the initial lists."""
+        if self.queue.shutting_down:
+            self.queue = WorkQueue()
+            self.requeue_all()
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}"))
 
@@ -227,6 +286,14 @@ class Controller:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
 
+    def requeue_all(self) -> None:
+        for ns, name in self.trainjobs.keys():
+            self._add((TRAINJOB, ns, name))
+        for ns, name in self.dataset_caches.keys():
+            self._add((DATASET_CACHE, ns, name))
+        for ns, name in self.snapshots.keys():
+            self._add((RUNTIME_SNAPSHOT, ns, name))
+
     def observe_queue(self) -> None:
         self.metrics.queue_depth.set(len(self.queue))
         self.metrics.queue_in_flight.set(len(self.queue.in_flight))
@@ -250,6 +317,8 @@ class Controller:
         try:
             if kind == TRAINJOB:
                 result = await self.trainjob_reconciler.reconcile(namespace, name)
+            elif kind == RUNTIME_SNAPSHOT:
+                result = await self.trainjob_reconciler.collect_snapshot(name)
             else:
                 result = await self.cache_reconciler.reconcile(namespace, name)
             self.queue.forget(key)

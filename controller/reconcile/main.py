@@ -2,8 +2,14 @@
 
 Lifecycle: start the watch caches and the HTTP endpoints -> wait until the caches have synced (``/readyz``) ->
 with leader election, wait to acquire the Lease -> start N workers -> on SIGTERM/SIGINT stop handing out work,
-let in-flight reconciles finish, release the Lease, exit 0. Losing the Lease (no renewal within the renew
-deadline) stops the workers and exits 1, like controller-runtime, so the pod restarts as a fresh candidate.
+let in-flight reconciles finish, release the Lease, exit 0.
+
+Losing the Lease (no renewal within the renew deadline, e.g. an apiserver outage) cancels in-flight reconciles at
+once and the replica goes back to campaigning, with its caches kept warm. controller-runtime exits instead and
+relies on the pod's restart; with every replica cut off from the same apiserver that ends all of them together,
+each restart then waits out CrashLoopBackOff, and a process without a restart policy (tests, ``make demo``) stays
+down. Re-campaigning gives the same safety (no worker runs without the Lease; the new term starts from a fresh
+queue holding every object) without either.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                         help="image of the DatasetCache agent DaemonSet")
     parser.add_argument("--no-podgroups", action="store_true",
                         help="do not watch PodGroups (scheduler-plugins/Volcano CRDs not installed)")
+    parser.add_argument("--snapshot-namespace", default=None,
+                        help="namespace where runtime snapshots are kept; users must not be able to write there "
+                             "(default: $POD_NAMESPACE, else --leader-elect-namespace, else trainguard-system)")
     parser.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
                         help="seconds in-flight reconciles may take to finish on SIGTERM before they are cancelled")
     parser.add_argument("--log-level", default="INFO")
@@ -95,7 +104,9 @@ async def serve_controller(args: argparse.Namespace) -> int:
     controller = Controller(
         kube,
         Settings(workers=args.workers, namespace=args.namespace, cache_agent_image=args.cache_agent_image,
-                 watch_podgroups=not args.no_podgroups),
+                 watch_podgroups=not args.no_podgroups,
+                 snapshot_namespace=(args.snapshot_namespace or os.environ.get("POD_NAMESPACE")
+                                     or args.leader_elect_namespace or "trainguard-system")),
         metrics,
         identity,
     )
@@ -104,7 +115,6 @@ async def serve_controller(args: argparse.Namespace) -> int:
     if address is not None:
         runner = await serve(metrics, address[0], address[1], ready=lambda: controller.synced,
                              before_scrape=controller.observe_queue)
-    lost = False
     try:
         controller.start_caches()
         synced = asyncio.create_task(controller.wait_synced())
@@ -115,34 +125,38 @@ async def serve_controller(args: argparse.Namespace) -> int:
             synced.cancel()
             return 0
         log.info("caches synced")
-        elector = None
-        if election is not None:
-            elector = LeaderElector(election, KubeLease(kube, election))
-            if not await elector.acquire(stop):
+        elector = LeaderElector(election, KubeLease(kube, election)) if election is not None else None
+        while True:
+            if elector is not None and not await elector.acquire(stop):
                 return 0
-        metrics.leader.set(1)
-        log.info("starting %d workers as %s", args.workers, identity)
-        controller.start_workers()
-        if elector is not None:
-            lost = await elector.keep(stop)
-        else:
-            await stop.wait()
-        if lost:
+            metrics.leader.set(1)
+            log.info("starting %d workers as %s", args.workers, identity)
+            controller.start_workers()
+            lost = await elector.keep(stop) if elector is not None else await _wait(stop)
+            if not lost:
+                break
             # Another replica may be reconciling already: stop at once, do not finish in-flight work.
-            log.info("stopping: leadership lost, cancelling in-flight reconciles")
+            log.warning("leadership lost: cancelling in-flight reconciles, campaigning again")
             await controller.abort_workers()
-        else:
-            log.info("stopping: finishing in-flight reconciles (at most %.0fs)", args.graceful_shutdown_timeout)
-            await controller.shutdown_workers(grace=args.graceful_shutdown_timeout)
+            metrics.leader.set(0)
+            metrics.leadership_lost.inc()
+        log.info("stopping: finishing in-flight reconciles (at most %.0fs)", args.graceful_shutdown_timeout)
+        await controller.shutdown_workers(grace=args.graceful_shutdown_timeout)
         metrics.leader.set(0)
-        if elector is not None and not lost:
+        if elector is not None:
             await elector.release()
-        return 1 if lost else 0
+        return 0
     finally:
         await controller.stop_caches()
         if runner is not None:
             await runner.cleanup()
         await kube.close()
+
+
+async def _wait(stop: asyncio.Event) -> bool:
+    """Without leader election leadership is never lost: wait for the stop signal."""
+    await stop.wait()
+    return False
 
 
 class KubeLease:

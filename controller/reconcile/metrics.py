@@ -56,6 +56,8 @@ class Metrics:
         self.queue_in_flight = Gauge("trainguard_workqueue_in_flight", "Keys being reconciled now.", registry=r)
         self.queue_retries = Counter("trainguard_workqueue_retries_total", "Keys requeued with backoff.", registry=r)
         self.leader = Gauge("trainguard_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.leadership_lost = Counter("trainguard_leadership_lost", "Times this replica lost the Lease and went "
+                                       "back to campaigning.", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,19 +6,27 @@ Per reconcile, reading only from the watch caches except where a write must be e
    children is garbage collection's job (every child has a controller ownerReference).
 2. A runtimeRef kind/group we do not serve -> ``Failed/TrainingRuntimeNotSupported``.
 3. Not finished (no ``Complete=True``/``Failed=True``): the runtime comes from the snapshot ConfigMap
-   ``<job>-runtime-snapshot`` (created once from the live runtime with a plain create, so a runtime edit racing
-   with a stale cache can never overwrite it; then always read from it, ownership and kind validated by
-   ``webhook.runtime.runtime_from_snapshot``). ``webhook.runtime.build_objects`` builds everything - the same
-   call ``trainguard render`` makes, so both produce identical JobSets - and each object is server-side applied
-   under the field manager ``trainguard`` with force. Secrets (MPI SSH key, Flux CURVE) are only ever created:
-   key material is never overwritten. The build itself omits a running JobSet (never mutated) and frozen
-   PodGroups; a resume re-applies the whole JobSet so patches made while suspended take effect.
+   ``runtime-snapshot-<uid>`` in the controller's own namespace (``webhook.runtime.snapshot``: created once from
+   the live runtime with a plain create, so a runtime edit racing with a stale cache can never overwrite it; then
+   always read from it, bounded JSON, namespace, name, labels and kind validated; users cannot write there, and a
+   ``<job>-runtime-snapshot`` in the user's namespace is never read). Before a JobSet is created or resumed the
+   TrainJob must pass the Enforce policies (``enforcement``); a denied job is Blocked and nothing is built for it.
+   ``webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
+   identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force.
+   Secrets (MPI SSH key, Flux CURVE) are only ever created, AlreadyExists meaning done: key material is never
+   overwritten, and the controller needs no right to read Secrets (it remembers which ones it has made sure of).
+   The build itself omits a running JobSet (never mutated) and frozen PodGroups; a resume re-applies the whole
+   JobSet so patches made while suspended take effect.
    A build failure is recorded as a Warning event ``TrainJobResourcesCreationFailed`` and retried with backoff,
    after the status below is still brought up to date.
 4. Status from ``status.next_status`` (pure), written as a JSON merge patch on ``/status`` only when it changed,
    guarded by the resourceVersion we computed it from (a stale cache yields a conflict and a retry, never an
    older status). The deadline deletes the JobSet and the caller requeues at the next deadline.
-5. The ``trainguard.io/state`` label (see ``status``) is patched when it changed.
+5. The ``trainguard.io/state`` label (see ``status``; ``Blocked`` from ``enforcement``) is patched when it changed.
+
+Snapshots have no ownerReference (it cannot cross namespaces): ``collect_snapshot`` deletes one whose TrainJob is
+gone (confirmed with a live GET), driven by TrainJob DELETED events and by the snapshot cache's initial list (the
+sweep at every start).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any, Callable, Mapping, Protocol
 from webhook.kube.client import KubeClient
 from webhook.kube.errors import AlreadyExists, Conflict, NotFound
 from webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS
+from webhook.policy.verdict import ClusterSnapshot
 from webhook.runtime import (
     BuildError,
     ExistingObjects,
@@ -41,7 +50,9 @@ from webhook.runtime import (
     runtime_from_snapshot,
 )
 from webhook.runtime.names import DATASET_CACHE_ANNOTATION
+from webhook.runtime.snapshot import snapshot_name, snapshot_owner
 
+from controller.reconcile import enforcement
 from controller.reconcile import status as st
 from controller.reconcile.events import EventRecorder
 from controller.reconcile.kinds import resource_for
@@ -67,11 +78,12 @@ class TrainJobCaches:
 
     trainjobs: Cache
     jobsets: Cache
-    configmaps: Cache
-    secrets: Cache
+    snapshots: Cache  # runtime snapshot ConfigMaps, in the snapshot namespace only
     training_runtimes: Cache
     cluster_training_runtimes: Cache
     dataset_caches: Cache
+    # TrainJobPolicies, Namespace labels (and runtimes) for the Enforce check, built from the caches.
+    cluster_snapshot: Callable[[], ClusterSnapshot] = ClusterSnapshot
     coscheduling_podgroups: Cache | None = None
     volcano_podgroups: Cache | None = None
 
@@ -93,8 +105,8 @@ class RuntimeNotFound(Exception):
     pass
 
 
-def snapshot_name(trainjob_name: str) -> str:
-    return f"{trainjob_name}-runtime-snapshot"
+class PolicyBlocked(Exception):
+    """An Enforce TrainJobPolicy denies the TrainJob: nothing is built for it (``enforcement``)."""
 
 
 class TrainJobReconciler:
@@ -104,12 +116,24 @@ class TrainJobReconciler:
         caches: TrainJobCaches,
         events: EventRecorder,
         *,
+        snapshot_namespace: str,
+        scope: str | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     ) -> None:
         self._kube = kube
         self._caches = caches
         self._events = events
+        self._snapshot_namespace = snapshot_namespace
+        # The namespace this controller reconciles (None: all): snapshots of TrainJobs elsewhere are not its own.
+        self._scope = scope
         self._now = now
+        # TrainJob UID -> names of the key Secrets known to exist (created, or AlreadyExists). The controller may
+        # not read Secrets, so this memory is what spares a key generation and a create per reconcile.
+        self._secrets_ensured: dict[str, set[str]] = {}
+
+    def forget(self, trainjob_uid: str) -> None:
+        """The TrainJob is gone: drop what was remembered about it."""
+        self._secrets_ensured.pop(trainjob_uid, None)
 
     async def reconcile(self, namespace: str, name: str) -> Result:
         trainjob = self._caches.trainjobs.get(name, namespace)
@@ -132,9 +156,12 @@ class TrainJobReconciler:
 
         build_error: ReconcileError | None = None
         applied_jobset: Object | None = None
+        blocked: str | None = None
         if not st.is_finished(trainjob):
             try:
                 applied_jobset = await self._apply_objects(trainjob)
+            except PolicyBlocked as err:
+                blocked = str(err)
             except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound) as err:
                 message = str(err)
                 if len(message) > MAX_EVENT_ERROR:
@@ -154,8 +181,12 @@ class TrainJobReconciler:
             # Deleted while we reconciled (our cache was behind): nothing to report on and nothing to retry;
             # whatever was applied above carries its ownerReference and is garbage-collected.
             return Result()
-        await self._write_state(trainjob, decision.state)
+        await self._write_state(trainjob, enforcement.STATE_BLOCKED if blocked is not None else decision.state)
         await self._emit(trainjob, decision)
+        if blocked is not None:
+            # Not retried: a TrainJobPolicy or Namespace change requeues every blocked job (see ``controller``).
+            await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_DENIED,
+                                      _truncate(enforcement.event_message(blocked)))
         if build_error is not None:
             raise build_error
         return Result(requeue_after=decision.requeue_after)
@@ -173,11 +204,16 @@ class TrainJobReconciler:
             if dataset_cache is None:
                 raise BuildError(f"DatasetCache {namespace}/{cache_name} named by annotation "
                                  f"{DATASET_CACHE_ANNOTATION} does not exist")
+        if enforcement.materializes(trainjob, existing_jobset):
+            verdict = enforcement.verdict(trainjob, runtime, self._caches.cluster_snapshot())
+            if not verdict.allowed:
+                raise PolicyBlocked(verdict.message or verdict.reason or "denied")
         objects = build_objects(
             trainjob, runtime, keys=generated_keys(), existing=self._existing(trainjob, existing_jobset),
             dataset_cache=dataset_cache,
         )
         applied_jobset: Object | None = None
+        ensured = self._secrets_ensured.setdefault(meta.get("uid") or "", set())
         for obj in objects:
             resource = resource_for(obj)
             if resource is SECRETS:
@@ -185,6 +221,7 @@ class TrainJobReconciler:
                     await self._kube.create(SECRETS, obj)
                 except AlreadyExists:
                     pass
+                ensured.add(obj["metadata"]["name"])
                 continue
             applied = await self._kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
             if resource is JOBSETS:
@@ -196,32 +233,63 @@ class TrainJobReconciler:
     def _existing(self, trainjob: Object, jobset: Object | None) -> ExistingObjects:
         meta = trainjob["metadata"]
         name, namespace = meta["name"], meta["namespace"]
+        ensured = self._secrets_ensured.get(meta.get("uid") or "", set())
 
         def has(cache: Cache | None, object_name: str) -> bool:
             return cache is not None and cache.get(object_name, namespace) is not None
 
         return ExistingObjects(
             jobset=jobset,
-            mpi_ssh_secret=has(self._caches.secrets, f"{name}-mpi-ssh-auth"),
-            flux_curve_secret=has(self._caches.secrets, f"{name}-flux-curve"),
+            mpi_ssh_secret=f"{name}-mpi-ssh-auth" in ensured,
+            flux_curve_secret=f"{name}-flux-curve" in ensured,
             podgroup=has(self._caches.coscheduling_podgroups, name) or has(self._caches.volcano_podgroups, name),
         )
 
     async def _runtime(self, trainjob: Object) -> Object:
         """The runtime this job was admitted with: from its snapshot, else the live one (then snapshot it)."""
-        meta = trainjob["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
-        snap = self._caches.configmaps.get(snapshot_name(name), namespace)
+        uid = trainjob["metadata"].get("uid") or ""
+        where = self._snapshot_namespace
+        snap = self._caches.snapshots.get(snapshot_name(uid), where)
         if snap is not None:
-            return runtime_from_snapshot(snap, trainjob)
+            return runtime_from_snapshot(snap, trainjob, where)
         live = self._live_runtime(trainjob)
         try:
-            await self._kube.create(CONFIGMAPS, build_runtime_snapshot(trainjob, live))
+            await self._kube.create(CONFIGMAPS, build_runtime_snapshot(trainjob, live, where))
             return live
         except AlreadyExists:
             # Our cache is behind: a snapshot exists already and is the truth, whatever the runtime says now.
-            snap = await self._kube.get(CONFIGMAPS, snapshot_name(name), namespace)
-            return runtime_from_snapshot(snap, trainjob)
+            snap = await self._kube.get(CONFIGMAPS, snapshot_name(uid), where)
+            return runtime_from_snapshot(snap, trainjob, where)
+
+    # ---- snapshot garbage collection ------------------------------------------------------------------------
+    async def collect_snapshot(self, name: str) -> Result:
+        """Delete snapshot ConfigMap ``name`` when the TrainJob it was taken for no longer exists."""
+        snap = self._caches.snapshots.get(name, self._snapshot_namespace)
+        owner = snapshot_owner(snap) if snap is not None else None
+        if owner is None:
+            return Result()
+        namespace, job_name, uid = owner
+        if self._scope is not None and namespace != self._scope:
+            return Result()  # another controller's TrainJob (one snapshot namespace, several scoped controllers)
+        cached = self._caches.trainjobs.get(job_name, namespace)
+        if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
+            return Result()
+        # The cache may simply not have seen the TrainJob yet (a new leader's watch behind another replica's work):
+        # only the apiserver's word deletes.
+        try:
+            live = await self._kube.get(TRAINJOBS, job_name, namespace)
+            if (live.get("metadata") or {}).get("uid") == uid:
+                return Result()
+        except NotFound:
+            pass
+        self.forget(uid)
+        try:
+            await self._kube.delete(CONFIGMAPS, name, self._snapshot_namespace)
+            log.info("deleted runtime snapshot %s/%s of TrainJob %s/%s (gone)", self._snapshot_namespace, name,
+                     namespace, job_name)
+        except NotFound:
+            pass
+        return Result()
 
     def _live_runtime(self, trainjob: Object) -> Object:
         ref = trainjob["spec"]["runtimeRef"]
@@ -266,6 +334,10 @@ class TrainJobReconciler:
     async def _emit(self, trainjob: Object, decision: st.StatusDecision) -> None:
         for t in decision.transitions:
             await self._events.record(trainjob, t.type, t.reason, t.message)
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= MAX_EVENT_ERROR else message[:MAX_EVENT_ERROR] + " ..."
 
 
 def _with_type(obj: Mapping[str, Any], kind: str = "TrainJob") -> Object:

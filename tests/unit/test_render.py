@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,7 +44,18 @@ def test_torch_multi_node_gpu_prints_the_reference_jobset():
     assert [(e["name"], e.get("value")) for e in container["env"]] == [
         ("NCCL_DEBUG", "INFO"), ("PET_NNODES", "4"), ("PET_NPROC_PER_NODE", "auto"), ("PET_NODE_RANK", None),
         ("PET_MASTER_ADDR", "llm-ddp-node-0-0.llm-ddp"), ("PET_MASTER_PORT", "29500")]
-    assert objects[2]["metadata"]["name"] == "llm-ddp-runtime-snapshot"
+    snapshot = objects[2]
+    # Where the controller keeps it: its own namespace, named from the TrainJob's UID (a placeholder here), JSON.
+    assert snapshot["metadata"]["name"] == "runtime-snapshot-00000000-0000-0000-0000-000000000000"
+    assert snapshot["metadata"]["namespace"] == "trainguard-system"
+    assert snapshot["metadata"]["labels"]["trainguard.io/runtime-snapshot-of-name"] == "llm-ddp"
+    assert json.loads(snapshot["data"]["runtime.json"])["kind"] == "ClusterTrainingRuntime"
+
+
+def test_snapshot_namespace_flag_places_the_snapshot():
+    code, objects, err = render(EXAMPLES / "torch-distributed-gpu.yaml", snapshot_namespace="ops")
+    assert code == 0, err
+    assert by_kind(objects, "ConfigMap")[-1]["metadata"]["namespace"] == "ops"
 
 
 def test_plain_ml_with_initializer_coscheduling_and_patch():

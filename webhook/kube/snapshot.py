@@ -71,7 +71,11 @@ SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
 
 
 class ClusterCaches:
-    """The informers behind ``ClusterSnapshot``; ``synced`` once every one of them has listed."""
+    """The informers behind ``ClusterSnapshot``; ``synced`` once every one of them has listed.
+
+    ``shared``: informers the caller already runs for some fields (the controller watches runtimes, DatasetCaches and
+    JobSets for its own reasons); they are read, not started or stopped here, so nothing is watched twice.
+    """
 
     def __init__(
         self,
@@ -80,24 +84,38 @@ class ClusterCaches:
         fields: Iterable[SnapshotField] = SNAPSHOT_FIELDS,
         backoff: Callable[[], Backoff] = Backoff,
         watch_timeout_seconds: int = 300,
+        shared: Mapping[str, Informer] | None = None,
     ) -> None:
         self.fields = tuple(fields)
-        self.informers: dict[str, Informer] = {
+        shared = dict(shared or {})
+        unknown = set(shared) - {f.name for f in self.fields}
+        if unknown:
+            raise ValueError(f"shared informers for fields that are not snapshotted: {sorted(unknown)}")
+        self._owned: dict[str, Informer] = {
             f.name: Informer(
                 source, f.resource, transform=f.transform, backoff=backoff(), watch_timeout_seconds=watch_timeout_seconds
             )
             for f in self.fields
+            if f.name not in shared
+        }
+        self.informers: dict[str, Informer] = {
+            f.name: shared[f.name] if f.name in shared else self._owned[f.name] for f in self.fields
         }
         self._built: dict[str, tuple[int, Any]] = {}
         self._snapshot: ClusterSnapshot | None = None
         self._snapshot_versions: tuple[int, ...] = ()
 
+    @property
+    def owned(self) -> dict[str, Informer]:
+        """The informers this object created (and starts and stops)."""
+        return dict(self._owned)
+
     def start(self) -> None:
-        for inf in self.informers.values():
+        for inf in self._owned.values():
             inf.start()
 
     async def stop(self) -> None:
-        await asyncio.gather(*(inf.stop() for inf in self.informers.values()))
+        await asyncio.gather(*(inf.stop() for inf in self._owned.values()))
 
     @property
     def synced(self) -> bool:

@@ -43,8 +43,9 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
         ``generated_keys()`` for the reconciler. ``dataset_cache``: the DatasetCache named by annotation
         ``trainguard.io/dataset-cache`` (required when the annotation is present).
 
-    build_runtime_snapshot(trainjob, runtime) -> dict          ConfigMap ``<job>-runtime-snapshot``, key ``runtime``
-    runtime_from_snapshot(configmap, trainjob) -> dict         raises ``InvalidRuntimeSnapshot``
+    build_runtime_snapshot(trainjob, runtime, namespace) -> dict   ConfigMap ``runtime-snapshot-<uid>`` in the
+        controller's namespace, key ``runtime.json`` (JSON, size-capped, labelled with the TrainJob; see ``snapshot``)
+    runtime_from_snapshot(configmap, trainjob, namespace) -> dict  raises ``InvalidRuntimeSnapshot``
 
     BuildError(ValueError)     a TrainJob/runtime pair that cannot produce objects (message says why)
 

@@ -1,41 +1,86 @@
 """The runtime snapshot (v2.3, reference §3.2 step 1): a TrainJob keeps the runtime it started with.
 
-On first reconcile the reconciler stores the whole runtime object as YAML in ConfigMap
-``<job>-runtime-snapshot`` (key ``runtime``), controller-owned by the TrainJob; later reconciles read the runtime
-back from it, so editing or deleting the runtime never changes a running job. A snapshot is only trusted when
-it is controller-owned by this very TrainJob (same UID: a same-named successor must not inherit it) and holds
-the kind, group and name the TrainJob's runtimeRef names.
+On first reconcile the reconciler stores the whole runtime object in a ConfigMap; later reconciles read the runtime
+back from it, so editing or deleting the runtime never changes a running job.
+
+Deliberately different from upstream v2.3, which keeps the snapshot as ``<job>-runtime-snapshot`` in the TrainJob's
+own namespace, owned by the TrainJob, and trusts whatever it holds: anyone who may edit ConfigMaps there (every
+team member, typically) could replace it after admission and the controller would build a JobSet nobody admitted
+(``privileged``, ``hostNetwork``, extra replicated jobs), and a YAML alias bomb in it would exhaust the controller's
+memory. Here the snapshot lives where users cannot write:
+
+* in the controller's own namespace (``--snapshot-namespace``; users get no rights there), named from the
+  TrainJob's UID (``runtime-snapshot-<uid>``: a same-named successor never inherits it), labelled with the
+  TrainJob's namespace, name and UID (cross-namespace ownerReferences do not exist, so the controller garbage-collects
+  it itself when the TrainJob is gone), ``immutable``, created once;
+* serialized as JSON (no aliases, no tags), at most ``MAX_SNAPSHOT_BYTES``, checked before parsing;
+* read back only when namespace, name and labels all name this very TrainJob and it holds the runtime the
+  TrainJob's runtimeRef names. A ``<job>-runtime-snapshot`` in the user's namespace (older versions) is never read.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
-import yaml
-
 from webhook.runtime.draft import as_object
-from webhook.runtime.names import CLUSTER_TRAINING_RUNTIME_KIND, TRAINER_GROUP, TRAINJOB_KIND
-from webhook.runtime.objects import owned_object
+from webhook.runtime.names import CLUSTER_TRAINING_RUNTIME_KIND, TRAINER_GROUP
 
-DATA_KEY = "runtime"
+DATA_KEY = "runtime.json"
+# A ConfigMap holds at most 1 MiB; the bound is checked on write and, before any parsing, on read.
+MAX_SNAPSHOT_BYTES = 768 * 1024
+# JSON nesting deeper than this is refused before parsing (a runtime object is a few dozen levels deep at most).
+MAX_SNAPSHOT_DEPTH = 100
+
+LABEL_OF_NAMESPACE = "trainguard.io/runtime-snapshot-of-namespace"
+LABEL_OF_NAME = "trainguard.io/runtime-snapshot-of-name"
+LABEL_OF_UID = "trainguard.io/runtime-snapshot-of-uid"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "trainguard"}
+# Used by ``trainguard render``, whose TrainJobs have no UID yet.
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
 class InvalidRuntimeSnapshot(ValueError):
     """The snapshot ConfigMap cannot be used for this TrainJob (message starts with "invalid runtime snapshot")."""
 
 
-def snapshot_name(job: str) -> str:
-    return f"{job}-runtime-snapshot"
+def snapshot_name(trainjob_uid: str) -> str:
+    return f"runtime-snapshot-{trainjob_uid}"
 
 
-def build_runtime_snapshot(trainjob: Any, runtime: Any) -> dict:
+def snapshot_owner(configmap: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, name, uid) of the TrainJob a snapshot ConfigMap belongs to, from its labels; None if unlabelled."""
+    labels = (configmap.get("metadata") or {}).get("labels") or {}
+    owner = (labels.get(LABEL_OF_NAMESPACE), labels.get(LABEL_OF_NAME), labels.get(LABEL_OF_UID))
+    return owner if all(isinstance(v, str) and v for v in owner) else None  # type: ignore[return-value]
+
+
+def build_runtime_snapshot(trainjob: Any, runtime: Any, namespace: str) -> dict:
+    """The snapshot ConfigMap of ``trainjob`` in ``namespace`` (the controller's); raises ``InvalidRuntimeSnapshot``
+    when the runtime is too large to be stored."""
     tj, rt = as_object(trainjob), as_object(runtime)
     # managedFields is apiserver bookkeeping, not part of the runtime's meaning.
     (rt.get("metadata") or {}).pop("managedFields", None)
-    name = (tj.get("metadata") or {}).get("name", "")
-    configmap = owned_object("v1", "ConfigMap", snapshot_name(name), tj)
-    configmap["data"] = {DATA_KEY: yaml.safe_dump(rt, sort_keys=False)}
-    return configmap
+    meta = tj.get("metadata") or {}
+    uid = meta.get("uid") or ""
+    if not uid:
+        raise InvalidRuntimeSnapshot("invalid runtime snapshot: the TrainJob has no UID")
+    text = json.dumps(rt, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    if len(text.encode()) > MAX_SNAPSHOT_BYTES:
+        raise InvalidRuntimeSnapshot(
+            f"invalid runtime snapshot: the runtime is {len(text.encode())} bytes as JSON, more than {MAX_SNAPSHOT_BYTES}")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": snapshot_name(uid),
+            "namespace": namespace,
+            "labels": {**MANAGED_BY, LABEL_OF_NAMESPACE: meta.get("namespace", ""), LABEL_OF_NAME: meta.get("name", ""),
+                       LABEL_OF_UID: uid},
+        },
+        "immutable": True,
+        "data": {DATA_KEY: text},
+    }
 
 
 def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -44,19 +89,24 @@ def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str]:
     return ref.get("kind") or CLUSTER_TRAINING_RUNTIME_KIND, ref.get("apiGroup") or TRAINER_GROUP, ref.get("name", "")
 
 
-def runtime_from_snapshot(configmap: Any, trainjob: Any) -> dict:
+def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict:
+    """The runtime stored in ``configmap``, when it is the snapshot of this TrainJob kept in ``namespace``."""
     cm, tj = as_object(configmap), as_object(trainjob)
-    uid = (tj.get("metadata") or {}).get("uid")
-    owner = next((r for r in (cm.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
-    if owner is None or owner.get("kind") != TRAINJOB_KIND or owner.get("uid") != uid:
-        raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: ConfigMap {snapshot_name((tj.get('metadata') or {}).get('name', ''))} is not controlled by TrainJob with UID {uid}")
+    meta = tj.get("metadata") or {}
+    uid = meta.get("uid") or ""
+    cm_meta = cm.get("metadata") or {}
+    where = (cm_meta.get("namespace"), cm_meta.get("name"))
+    if not uid or where != (namespace, snapshot_name(uid)):
+        raise InvalidRuntimeSnapshot(
+            f"invalid runtime snapshot: ConfigMap {where[0]}/{where[1]} is not {namespace}/{snapshot_name(uid)}")
+    if snapshot_owner(cm) != (meta.get("namespace"), meta.get("name"), uid):
+        raise InvalidRuntimeSnapshot(
+            f"invalid runtime snapshot: ConfigMap {namespace}/{where[1]} is not labelled for TrainJob "
+            f"{meta.get('namespace')}/{meta.get('name')} with UID {uid}")
     text = (cm.get("data") or {}).get(DATA_KEY)
-    if not text:
+    if not isinstance(text, str) or not text:
         raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: data key {DATA_KEY!r} is missing")
-    try:
-        runtime = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: {e}") from e
+    runtime = parse_bounded_json(text)
     if not isinstance(runtime, dict):
         raise InvalidRuntimeSnapshot("invalid runtime snapshot: not an object")
     kind, group, name = runtime_ref(tj)
@@ -67,3 +117,38 @@ def runtime_from_snapshot(configmap: Any, trainjob: Any) -> dict:
             f"invalid runtime snapshot: holds {got[0]}.{got[1]} {got[2]!r}, runtimeRef names {kind}.{group} {name!r}"
         )
     return runtime
+
+
+def parse_bounded_json(text: str) -> Any:
+    """``json.loads`` with the size and nesting bounds checked first, so parsing cost is bounded by the cap."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_SNAPSHOT_BYTES:
+        raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: {size} bytes, more than {MAX_SNAPSHOT_BYTES}")
+    if _max_depth(text) > MAX_SNAPSHOT_DEPTH:
+        raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: nested deeper than {MAX_SNAPSHOT_DEPTH}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: not JSON: {e}") from e
+
+
+def _max_depth(text: str) -> int:
+    """Bracket nesting outside strings (json.loads recurses per level; a deep document must not reach it)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

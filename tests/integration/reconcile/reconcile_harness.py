@@ -53,11 +53,13 @@ def free_port() -> int:
 
 
 class ControllerProcess:
-    """One ``trainguard controller`` replica confined to a namespace (the Lease lives there too)."""
+    """One ``trainguard controller`` replica confined to a namespace (the Lease lives there too, and the runtime
+    snapshots unless ``snapshot_namespace`` names the controller's own namespace apart from the users')."""
 
     def __init__(self, kubeconfig: str, namespace: str, identity: str, log_dir: Path, *, workers: int = 4,
-                 leader_elect: bool = True) -> None:
+                 leader_elect: bool = True, snapshot_namespace: str | None = None) -> None:
         self.identity = identity
+        self.snapshot_namespace = snapshot_namespace or namespace
         self.port = free_port()
         self.log_path = log_dir / f"controller-{identity}.log"
         self.args = [
@@ -66,6 +68,7 @@ class ControllerProcess:
             "--leader-elect-namespace", namespace, "--leader-elect-identity", identity,
             "--leader-elect-lease-duration", str(LEASE_DURATION), "--leader-elect-renew-deadline",
             str(RENEW_DEADLINE), "--leader-elect-retry-period", str(RETRY_PERIOD), "--log-level", "DEBUG",
+            "--snapshot-namespace", self.snapshot_namespace,
         ]
         if not leader_elect:
             self.args.append("--no-leader-elect")
@@ -102,6 +105,9 @@ class ControllerProcess:
 
     def reconciles(self) -> float:
         return sum(v for k, v in self.metrics().items() if k.startswith("trainguard_reconcile_total{"))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no Lease release - a crash."""

@@ -169,7 +169,9 @@ def test_every_ml_policy_builds_the_expected_jobset(cluster, namespace, api, con
                           "blockOwnerDeletion": True}]
         managers = {m["manager"] for m in built[name]["metadata"]["managedFields"]}
         assert managers == {"trainguard"}
-        assert api.configmap(f"{name}-runtime-snapshot") is not None
+        uid = api.trainjob(name)["metadata"]["uid"]
+        assert api.configmap(f"runtime-snapshot-{uid}") is not None  # the harness's controller namespace
+        assert api.configmap(f"{name}-runtime-snapshot") is None
 
     # 4.1 PyTorch multi-node GPU, field by field.
     torch = built["llm-ddp"]

@@ -1,40 +1,41 @@
-"""What the controller's watch caches keep of Secrets and ConfigMaps: no key material, no foreign data."""
+"""What the controller's watch caches keep of ConfigMaps in the watched namespaces: existence and owner, no data.
+
+Users write those ConfigMaps (a ``<job>-runtime-snapshot`` of an older version included): the controller never
+reads their data, so its cache holds none of it, however large. Secrets are not cached at all (the controller may not
+read them; ``tests/integration/chart`` checks that with ``kubectl auth can-i``).
+"""
 
 from __future__ import annotations
 
 import json
 
-from controller.reconcile.controller import configmap_for_trainjobs, secret_metadata_only
+import pytest
+
+from controller.reconcile.controller import Controller, Settings, configmap_metadata_only
+from controller.reconcile.metrics import Metrics
+from webhook.kube.resources import CONFIGMAPS, SECRETS
 
 OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "u1",
          "controller": True}
 
 
-def test_secret_cache_keeps_no_key_material_even_from_kubectl_apply() -> None:
-    applied = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"id_rsa": "c2VjcmV0"}}
-    secret = {
-        "metadata": {
-            "name": "s", "namespace": "ns", "resourceVersion": "3", "managedFields": [{"manager": "kubectl"}],
-            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied), "keep": "me"},
-        },
-        "data": {"id_rsa": "c2VjcmV0"},
-        "stringData": {"x": "y"},
-        "type": "Opaque",
-    }
-    cached = secret_metadata_only(secret)
-    assert "c2VjcmV0" not in json.dumps(cached)
-    assert cached["metadata"]["annotations"] == {"keep": "me"}
-    assert cached["metadata"]["name"] == "s" and cached["metadata"]["resourceVersion"] == "3"
-    assert "managedFields" not in cached["metadata"] and cached["type"] == "Opaque"
-    assert secret["metadata"]["annotations"]["keep"] == "me" and "data" in secret  # input untouched
+@pytest.mark.parametrize("owners", [[OWNER], []], ids=["owned-by-a-trainjob", "foreign"])
+def test_configmap_cache_keeps_no_data(owners) -> None:
+    applied = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"blob": "x" * 100_000}}
+    cm = {"metadata": {"name": "big", "namespace": "ns", "ownerReferences": owners, "managedFields": [{}],
+                       "annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied),
+                                       "keep": "me"}},
+          "data": {"blob": "x" * 100_000}, "binaryData": {"b": "eA=="}}
+    trimmed = configmap_metadata_only(cm)
+    assert "data" not in trimmed and "binaryData" not in trimmed and "xxxx" not in json.dumps(trimmed)
+    assert trimmed["metadata"] == {"name": "big", "namespace": "ns", "ownerReferences": owners,
+                                   "annotations": {"keep": "me"}}
+    assert "data" in cm and "managedFields" in cm["metadata"]  # input untouched
 
 
-def test_configmap_cache_keeps_data_only_for_configmaps_a_trainjob_controls() -> None:
-    snapshot = {"metadata": {"name": "job-runtime-snapshot", "namespace": "ns", "ownerReferences": [OWNER]},
-                "data": {"runtime.yaml": "kind: ClusterTrainingRuntime"}}
-    foreign = {"metadata": {"name": "big", "namespace": "ns"}, "data": {"blob": "x" * 100_000},
-               "binaryData": {"b": "eA=="}}
-    assert configmap_for_trainjobs(snapshot)["data"] == snapshot["data"]
-    trimmed = configmap_for_trainjobs(foreign)
-    assert "data" not in trimmed and "binaryData" not in trimmed
-    assert trimmed["metadata"] == {"name": "big", "namespace": "ns"}
+def test_the_controller_does_not_watch_secrets() -> None:
+    controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
+    resources = [inf.resource for inf in controller._informers]
+    assert SECRETS not in resources
+    (snapshots,) = [inf for inf in controller._informers if inf.resource is CONFIGMAPS and inf.namespace == "tg-system"]
+    assert snapshots.label_selector == "trainguard.io/runtime-snapshot-of-uid"

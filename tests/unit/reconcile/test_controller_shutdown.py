@@ -69,3 +69,36 @@ async def test_graceful_shutdown_cancels_what_outlives_the_grace_period() -> Non
     await asyncio.wait_for(started.wait(), 5)
     await asyncio.wait_for(c.shutdown_workers(grace=0.1), 5)
     assert not c.queue.in_flight and not c._workers
+
+
+async def test_leading_again_after_a_lost_lease_starts_from_every_object_in_the_caches() -> None:
+    from controller.reconcile.controller import DATASET_CACHE, RUNTIME_SNAPSHOT
+    from webhook.kube.informer import WatchEvent
+
+    seen: list = []
+    done = asyncio.Event()
+
+    async def record(key) -> None:  # type: ignore[no-untyped-def]
+        seen.append(key)
+        if len(seen) == 3:
+            done.set()
+
+    c = controller_with(record)
+    c.trainjobs._apply(WatchEvent("ADDED", {"metadata": {"name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "1"}}))
+    c.dataset_caches._apply(WatchEvent("ADDED", {"metadata": {"name": "d", "namespace": "ns", "resourceVersion": "1"}}))
+    c.snapshots._apply(WatchEvent("ADDED", {"metadata": {"name": "runtime-snapshot-u", "namespace": "trainguard-system",
+                                                         "resourceVersion": "1"}}))
+    c.start_workers()
+    await asyncio.wait_for(done.wait(), 5)
+    await c.abort_workers()  # the Lease is lost: the old queue is shut down
+    seen.clear()
+    done.clear()
+    c.start_workers()  # leading again
+    await asyncio.wait_for(done.wait(), 5)
+    assert sorted(seen) == sorted([(TRAINJOB, "ns", "a"), (DATASET_CACHE, "ns", "d"),
+                                   (RUNTIME_SNAPSHOT, "trainguard-system", "runtime-snapshot-u")])
+    # The watch handlers feed the new queue, not the one that was shut down.
+    c.trainjobs._apply(WatchEvent("ADDED", {"metadata": {"name": "b", "namespace": "ns", "uid": "v", "resourceVersion": "2"}}))
+    await asyncio.sleep(0.05)
+    assert seen[-1] == (TRAINJOB, "ns", "b")
+    await c.shutdown_workers(grace=1)

@@ -11,7 +11,11 @@ import pytest
 from controller.reconcile import status as st
 from controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler
 from webhook.kube.errors import AlreadyExists, Conflict, NotFound
+from webhook.policy.verdict import ClusterSnapshot
 from webhook.runtime import build_runtime_snapshot
+
+SNAPSHOTS = "trainguard-system"
+SNAPSHOT = "runtime-snapshot-uid-1"
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -104,12 +108,16 @@ def trainjob(**spec: Any) -> dict:
             "spec": {"runtimeRef": {"name": "rt"}, "trainer": {"numNodes": 2}, **spec}, "status": status}
 
 
-def reconciler(job: dict, *, rt: dict | None = None, configmaps=(), secrets=(), jobsets=()):
+def reconciler(job: dict | None, *, rt: dict | None = None, snapshots=(), jobsets=(), policies=(),
+               namespace_labels=None, scope=None):
     kube, events = FakeKube(), Recorder()
+    view = ClusterSnapshot(policies={p["metadata"]["name"]: p for p in policies},
+                           namespace_labels=namespace_labels or {"ns": {}})
     caches = TrainJobCaches(
-        trainjobs=Store(job), jobsets=Store(*jobsets), configmaps=Store(*configmaps), secrets=Store(*secrets),
-        training_runtimes=Store(), cluster_training_runtimes=Store(*([rt] if rt else [])), dataset_caches=Store())
-    return TrainJobReconciler(kube, caches, events, now=lambda: NOW), kube, events
+        trainjobs=Store(*([job] if job else [])), jobsets=Store(*jobsets), snapshots=Store(*snapshots),
+        training_runtimes=Store(), cluster_training_runtimes=Store(*([rt] if rt else [])), dataset_caches=Store(),
+        cluster_snapshot=lambda: view)
+    return TrainJobReconciler(kube, caches, events, snapshot_namespace=SNAPSHOTS, scope=scope, now=lambda: NOW), kube, events
 
 
 async def test_other_manager_is_left_untouched() -> None:
@@ -121,7 +129,9 @@ async def test_other_manager_is_left_untouched() -> None:
 async def test_new_job_snapshots_runtime_then_applies_jobset_and_labels_state() -> None:
     r, kube, events = reconciler(trainjob(), rt=runtime())
     await r.reconcile("ns", "job")
-    assert kube.verbs()[:2] == [("create", "ConfigMap", "job-runtime-snapshot"), ("apply", "JobSet", "job")]
+    assert kube.verbs()[:2] == [("create", "ConfigMap", SNAPSHOT), ("apply", "JobSet", "job")]
+    snap = kube.existing[("ConfigMap", SNAPSHOT)]
+    assert snap["metadata"]["namespace"] == SNAPSHOTS and "ownerReferences" not in snap["metadata"]
     jobset = kube.existing[("JobSet", "job")]
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
     assert ("Normal", "Created", "Created JobSet ns/job") in events.events
@@ -132,10 +142,10 @@ async def test_new_job_snapshots_runtime_then_applies_jobset_and_labels_state() 
 
 async def test_snapshot_wins_over_an_edited_live_runtime() -> None:
     job = trainjob()
-    snap = build_runtime_snapshot(job, runtime("pytorch:1"))
-    r, kube, _ = reconciler(job, rt=runtime("pytorch:EDITED"), configmaps=[snap])
+    snap = build_runtime_snapshot(job, runtime("pytorch:1"), SNAPSHOTS)
+    r, kube, _ = reconciler(job, rt=runtime("pytorch:EDITED"), snapshots=[snap])
     await r.reconcile("ns", "job")
-    assert ("create", "ConfigMap", "job-runtime-snapshot") not in kube.verbs()
+    assert ("create", "ConfigMap", SNAPSHOT) not in kube.verbs()
     container = kube.existing[("JobSet", "job")]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
         "spec"]["containers"][0]
     assert container["image"] == "pytorch:1"
@@ -144,17 +154,18 @@ async def test_snapshot_wins_over_an_edited_live_runtime() -> None:
 async def test_snapshot_created_behind_a_stale_cache_is_read_back_not_overwritten() -> None:
     job = trainjob()
     r, kube, _ = reconciler(job, rt=runtime("pytorch:EDITED"))
-    kube.existing[("ConfigMap", "job-runtime-snapshot")] = build_runtime_snapshot(job, runtime("pytorch:1"))
+    kube.existing[("ConfigMap", SNAPSHOT)] = build_runtime_snapshot(job, runtime("pytorch:1"), SNAPSHOTS)
     await r.reconcile("ns", "job")
-    assert ("get", "ConfigMap", "job-runtime-snapshot") in kube.verbs()
+    assert ("get", "ConfigMap", SNAPSHOT) in kube.verbs()
     spec = kube.existing[("JobSet", "job")]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert spec["containers"][0]["image"] == "pytorch:1"
 
 
 async def test_snapshot_of_another_trainjob_is_rejected_with_an_event() -> None:
     job = trainjob()
-    other = build_runtime_snapshot({**job, "metadata": {**job["metadata"], "uid": "someone-else"}}, runtime())
-    r, kube, events = reconciler(job, rt=runtime(), configmaps=[other])
+    other = build_runtime_snapshot({**job, "metadata": {**job["metadata"], "name": "someone-else"}}, runtime(),
+                                   SNAPSHOTS)
+    r, kube, events = reconciler(job, rt=runtime(), snapshots=[other])
     with pytest.raises(ReconcileError):
         await r.reconcile("ns", "job")
     assert events.events[0][:2] == ("Warning", "TrainJobResourcesCreationFailed")
@@ -179,10 +190,18 @@ async def test_mpi_secret_is_created_not_applied_and_only_when_absent() -> None:
     secret = kube.existing[("Secret", "job-mpi-ssh-auth")]
     assert secret["type"] == "kubernetes.io/ssh-auth" and secret["immutable"] is True
 
-    existing = {"metadata": {"name": "job-mpi-ssh-auth", "namespace": "ns"}}
-    r, kube, _ = reconciler(trainjob(), rt=runtime(mpi=True), secrets=[existing])
+    # The controller may not read Secrets: the next reconcile remembers the create and generates no new key.
+    kube.calls.clear()
     await r.reconcile("ns", "job")
     assert not [v for v in kube.verbs() if v[1] == "Secret"]
+
+    # A Secret someone else created first: AlreadyExists means done, nothing is overwritten.
+    r, kube, _ = reconciler(trainjob(), rt=runtime(mpi=True))
+    kube.existing[("Secret", "job-mpi-ssh-auth")] = {"metadata": {"name": "job-mpi-ssh-auth", "namespace": "ns"}}
+    await r.reconcile("ns", "job")
+    await r.reconcile("ns", "job")
+    assert [v for v in kube.verbs() if v[1] == "Secret"] == [("create", "Secret", "job-mpi-ssh-auth")]
+    assert kube.existing[("Secret", "job-mpi-ssh-auth")] == {"metadata": {"name": "job-mpi-ssh-auth", "namespace": "ns"}}
 
 
 async def test_running_jobset_is_not_reapplied() -> None:
