@@ -21,6 +21,7 @@ memory. Here the snapshot lives where users cannot write:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping
 
 from webhook.runtime.draft import as_object
@@ -132,23 +133,20 @@ def parse_bounded_json(text: str) -> Any:
         raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: not JSON: {e}") from e
 
 
+# A JSON string, unrolled (no alternation per character: linear and fast on long strings).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
 def _max_depth(text: str) -> int:
     """Bracket nesting outside strings (json.loads recurses per level; a deep document must not reach it)."""
     depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for m in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if m.group() in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif ch in "]}":
+            if deepest > MAX_SNAPSHOT_DEPTH:
+                break  # enough to refuse it
+        else:
             depth -= 1
     return deepest
