@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from webhook.api.constants import TRAINGUARD_API_VERSION
 from webhook.api.quantity import QuantityError, parse_quantity
 from webhook.api.trainguard import DatasetCache
-from webhook.runtime.dataset_cache import SOCKET_FILENAME, socket_host_directory
+from webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
 
 AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
 AGENT_HTTP_PORT = 9108
@@ -158,6 +158,7 @@ def build_daemonset(
         f"--memory-budget={spec.memory_budget_bytes}",
         f"--http-port={AGENT_HTTP_PORT}",
         f"--dataset={spec.name}",
+        f"--socket-group={SOCKET_GROUP_ID}",  # socket 0660 of this group; only peers in it are served
     ]
     if report_to_pod:
         args.append("--report-to-pod")
@@ -219,6 +220,7 @@ def build_daemonset(
             "cache-agent",
             f"--prepare-socket-dir={SOCKET_DIR_IN_POD}",
             f"--owner-uid={AGENT_UID}",
+            f"--socket-group={SOCKET_GROUP_ID}",  # the directory becomes 0750 agent:group
         ],
         "volumeMounts": [{"name": "socket", "mountPath": SOCKET_DIR_IN_POD}],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
@@ -234,7 +236,8 @@ def build_daemonset(
     pod_spec: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": report_to_pod,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # The agent is in the socket's group so that it may give its socket that group (chgrp needs membership).
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "supplementalGroups": [SOCKET_GROUP_ID]},
         "initContainers": [prepare],
         "containers": [agent],
         "volumes": [data_volume, socket_volume],

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import signal
 import stat
 import sys
@@ -47,6 +48,20 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--http-host", default="0.0.0.0")
     parser.add_argument("--http-port", type=int, default=9108, help="/healthz /readyz /metrics; -1 disables")
     parser.add_argument("--max-connections", type=int, default=256)
+    parser.add_argument("--max-connections-per-peer", type=int, default=128,
+                        help="connections one peer (SO_PEERCRED uid and pid; pid 0 from other pods) may hold")
+    parser.add_argument("--idle-timeout", type=float, default=60.0,
+                        help="seconds without traffic after which a connection is closed (clients reconnect)")
+    parser.add_argument("--max-unread-fds", type=int, default=512,
+                        help="descriptors sent on one connection and not yet received before it is held")
+    parser.add_argument("--max-unread-fds-total", type=int, default=8192,
+                        help="descriptors in flight in all (also at most half of RLIMIT_NOFILE)")
+    parser.add_argument(
+        "--socket-group",
+        type=int,
+        help="GID owning the socket (mode 0660) and its directory (0750); only peers in this group are served "
+        "(default: the agent's own group)",
+    )
     parser.add_argument("--maintain-interval", type=float, default=5.0, help="seconds between residency passes")
     parser.add_argument("--rescan-interval", type=float, default=30.0, help="seconds between dataset rescans")
     parser.add_argument(
@@ -65,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
     if args.prepare_socket_dir:
-        return prepare_socket_dir(args.prepare_socket_dir, args.owner_uid)
+        return prepare_socket_dir(args.prepare_socket_dir, args.owner_uid, args.socket_group)
     if not args.root:
         print("trainguard cache-agent: --root is required", file=sys.stderr)
         return 2
@@ -76,27 +91,46 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def prepare_socket_dir(path: str, uid: int) -> int:
-    """Make the hostPath socket directory the agent's own (it runs as ``uid``) and searchable by clients.
+SOCKET_DIR_MODE = 0o750
+
+
+def prepare_socket_dir(path: str, uid: int, gid: int | None = None) -> int:
+    """Make the hostPath socket directory the agent's own (it runs as ``uid``), searchable by group ``gid`` (the
+    socket's group, which the cache's trainer pods carry; default ``uid``) and by no one else.
 
     The init container runs as root with CAP_CHOWN only (no CAP_FOWNER), so it may chmod only a directory it
     owns: the mode is set while it owns the directory (taking it back first if an earlier run handed it over),
     and the directory is handed to ``uid`` last.
     """
+    group = uid if gid is None else gid
     os.makedirs(path, exist_ok=True)
     st = os.stat(path)
-    if stat.S_IMODE(st.st_mode) != 0o755:
+    if stat.S_IMODE(st.st_mode) != SOCKET_DIR_MODE:
         if st.st_uid != os.geteuid():
             os.chown(path, os.geteuid(), -1)
-        os.chmod(path, 0o755)
-    os.chown(path, uid, uid)
-    log.info("socket directory prepared", extra={"fields": {"path": path, "uid": uid}})
+        os.chmod(path, SOCKET_DIR_MODE)
+    os.chown(path, uid, group)
+    log.info("socket directory prepared", extra={"fields": {"path": path, "uid": uid, "gid": group}})
     return 0
+
+
+def raise_open_file_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to the hard one (allowed unprivileged) and return it: connections need
+    descriptors, and the kernel bounds descriptors in flight by it (see ``agent``)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise RLIMIT_NOFILE", extra={"fields": {"error": str(exc)}})
+    return soft
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from controller.cache.agent import AgentConfig, CacheAgent
 
+    raise_open_file_limit()
     config = AgentConfig(
         root=args.root,
         socket_path=args.socket,
@@ -106,6 +140,11 @@ async def _serve(args: argparse.Namespace) -> int:
         http_host=args.http_host,
         http_port=None if args.http_port < 0 else args.http_port,
         max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
+        idle_timeout=args.idle_timeout,
+        max_unread_fds=args.max_unread_fds,
+        max_unread_fds_total=args.max_unread_fds_total,
+        socket_group=args.socket_group,
         maintain_interval=args.maintain_interval,
         rescan_interval=args.rescan_interval,
     )

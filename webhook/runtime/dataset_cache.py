@@ -6,6 +6,14 @@ host directory; this module mounts that directory read-only into the trainer con
 code where the socket is. The host-path convention lives here, not in ``controller/``, because both sides need
 it and ``webhook/`` must never import ``controller/``.
 
+Who can reach the agent: its socket is mode 0660 with group ``SOCKET_GROUP_ID`` in a directory of mode 0750 with
+that group, so the trainer pods wired here also get ``SOCKET_GROUP_ID`` in ``securityContext.supplementalGroups``,
+and the agent refuses any peer without it (SO_PEERGROUPS; see ``controller.cache.agent``). The group is no secret:
+any pod author can list any GID. The boundary is reaching the socket at all, i.e. mounting its host directory,
+which only these trainer pods do (TrainJobs of the cache's own namespace, built by the controller) and which Pod
+Security baseline denies to pods users write themselves (hostPath volumes). The group keeps out what reaches the
+node directory without being meant to use it: host users and other containers or pods that do not carry it.
+
 When the DatasetCache sets ``spec.holdTrainersUntilWarm``, the trainer pod templates also get the scheduling gate
 ``trainguard.io/dataset-cache-warm`` and the label ``trainguard.io/waits-for-dataset-cache: <cache>``; the
 reconciler (``controller.reconcile.gates``) removes exactly that gate once the cache reports Ready. A gated pod has
@@ -34,6 +42,11 @@ SOCKET_FILENAME = "agent.sock"
 # Container side: a fixed path, so training code and images need not know namespace or cache name.
 SOCKET_MOUNT_PATH = "/var/run/trainguard/cache"
 SOCKET_VOLUME_NAME = "trainguard-dataset-cache"
+
+# The group owning the socket and its directory, added to the trainer pods' supplementalGroups. One fixed GID
+# (per-cache directories already keep caches apart), outside the ranges distributions give to users and groups
+# (1000-60000) and below nobody/nogroup (65534).
+SOCKET_GROUP_ID = 64320
 
 ENV_CACHE_SOCKET = "TRAINGUARD_CACHE_SOCKET"
 ENV_DATASET = "TRAINGUARD_DATASET"
@@ -87,7 +100,8 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
     For every replicatedJob that is the trainer ancestor (label ``trainer.kubeflow.org/trainjob-ancestor-step:
     trainer``) or is named ``node`` (MPI workers), the pod gets a read-only hostPath volume of the cache's socket
     directory and its ``node`` container gets the mount plus ``TRAINGUARD_CACHE_SOCKET`` and
-    ``TRAINGUARD_DATASET``. When the cache opts into ``holdTrainersUntilWarm``, the pod template also gets the
+    ``TRAINGUARD_DATASET``, and the pod gets ``SOCKET_GROUP_ID`` in ``securityContext.supplementalGroups`` (after
+    any groups already there, which are kept). When the cache opts into ``holdTrainersUntilWarm``, the pod template also gets the
     scheduling gate ``WARM_GATE`` (after any gates already there, which are kept) and the label
     ``WAITS_FOR_LABEL: <cache>``. Volumes are upserted by name, mounts by mountPath, env and gates by name, so the
     result is idempotent. Raises ``DatasetCacheWiringError`` when the TrainJob does not reference this cache, the namespaces
@@ -134,6 +148,9 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
             continue
         found = True
         _upsert(pod_spec.setdefault("volumes", []), volume, key="name")
+        groups = pod_spec.setdefault("securityContext", {}).setdefault("supplementalGroups", [])
+        if SOCKET_GROUP_ID not in groups:
+            groups.append(SOCKET_GROUP_ID)
         if hold:
             _upsert(pod_spec.setdefault("schedulingGates", []), {"name": WARM_GATE}, key="name")
             pod_template.setdefault("metadata", {}).setdefault("labels", {})[WAITS_FOR_LABEL] = cache_name

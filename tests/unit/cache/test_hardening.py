@@ -262,8 +262,10 @@ def test_client_closes_descriptors_that_came_with_a_bad_reply(
 # -- init container ------------------------------------------------------------------------------------------
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root and setpriv")
 @pytest.mark.parametrize("state", ["created-by-kubelet", "prepared-before", "prepared-wrong-mode"])
-def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: str) -> None:
-    """As the DaemonSet runs it: root with every capability dropped but CHOWN (so no CAP_FOWNER)."""
+@pytest.mark.parametrize("gid", [None, 64320])
+def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: str, gid: int | None) -> None:
+    """As the DaemonSet runs it: root with every capability dropped but CHOWN (so no CAP_FOWNER). The directory
+    ends up the agent's, searchable by the socket's group only (0750)."""
     import subprocess
     import sys
 
@@ -272,14 +274,16 @@ def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: st
     os.chmod(path, 0o700 if state == "prepared-wrong-mode" else 0o755)
     if state != "created-by-kubelet":
         os.chown(path, 65532, 65532)
-    code = "import sys; from controller.cache.main import prepare_socket_dir; sys.exit(prepare_socket_dir(sys.argv[1], 65532))"
+    code = ("import sys; from controller.cache.main import prepare_socket_dir; "
+            "sys.exit(prepare_socket_dir(sys.argv[1], 65532, None if sys.argv[2] == '-' else int(sys.argv[2])))")
     result = subprocess.run(
-        ["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all,+chown", "--", sys.executable, "-c", code, str(path)],
+        ["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all,+chown", "--", sys.executable, "-c", code, str(path),
+         "-" if gid is None else str(gid)],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3],
     )
     assert result.returncode == 0, result.stderr
     st = path.stat()
-    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65532, 65532, 0o755)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65532, 65532 if gid is None else gid, 0o750)
 
 
 # -- pin -----------------------------------------------------------------------------------------------------
