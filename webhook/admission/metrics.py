@@ -10,6 +10,7 @@ Names and what they answer:
 * ``trainguard_admission_patch_bytes{webhook}``: size of the JSON patch sent back (mutating webhook).
 * ``trainguard_admission_bad_requests_total{reason}``: HTTP-level rejections (bad_json, too_large, ...).
 * ``trainguard_admission_policy_errors_total{webhook}``: exceptions raised by a policy function.
+* ``trainguard_admission_policy_timeouts_total{webhook}``: reviews not decided within ``--policy-timeout``.
 * ``trainguard_cache_synced{cache}``: 1 once that informer has listed, else 0.
 * ``trainguard_certificate_not_after_timestamp_seconds``: expiry of the serving certificate now loaded.
 * ``trainguard_certificate_reloads_total``: serving certificate swaps without restart.
@@ -43,6 +44,9 @@ class AdmissionMetrics:
         )
         self.policy_errors = Counter(
             "trainguard_admission_policy_errors", "Exceptions raised inside a policy function.", ["webhook"], registry=r
+        )
+        self.policy_timeouts = Counter(
+            "trainguard_admission_policy_timeouts", "Reviews not decided within the policy timeout.", ["webhook"], registry=r
         )
         self.cache_synced = Gauge("trainguard_cache_synced", "1 when the informer cache has synced.", ["cache"], registry=r)
         self.cert_not_after = Gauge(

@@ -4,14 +4,23 @@ One review, start to end (``AdmissionHandler.handle``):
 
 1. HTTP checks before reading: POST only (aiohttp answers 405), known path (404), ``Content-Type:
    application/json`` (415), declared length within ``max_body_bytes`` (413).
-2. Read the body under ``read_timeout`` (a client that dribbles gets 408, the connection is closed) and the same
-   size cap for chunked bodies (413).
+2. Reserve the body's bytes in the ``BodyBudget`` (the bytes of all bodies held at once are bounded; a review that
+   cannot get its share before the read deadline gets 503 and the connection is closed), then read the body under
+   ``read_timeout``, an absolute deadline (a client that dribbles bytes gets 408, the connection is closed) and the
+   same size cap for chunked bodies (413).
 3. Parse the AdmissionReview at the door (400 on anything that is not one; there is no uid to answer to).
 4. Check that the review is for this path's kind and carries an object; if not, answer an AdmissionReview error
    (allowed=false, code 400) so the apiserver shows a clear message.
 5. Call the route's pure policy function with a ``ClusterSnapshot`` from the caches. An exception inside it is
    caught: by default an AdmissionReview error (allowed=false, code 500); with ``on_policy_error="allow"`` the
    request is admitted unchanged with a warning. The server itself never answers 5xx.
+   Steps 3 to 6 run in a small worker pool (``policy_workers`` threads) under ``policy_timeout``: one review's policy
+   work cannot stall the event loop, so other reviews, ``/healthz`` and ``/readyz`` keep flowing. A review not
+   decided in time is answered as a policy error (denied with code 500, or admitted with a warning under
+   ``on_policy_error="allow"``) before the apiserver's own timeout would turn it into "failed calling webhook"; the
+   overdue thread finishes in the background (Python cannot stop it) and its result is dropped. The pipeline is
+   safe to run in threads: it is pure, reads the ``ClusterSnapshot`` (an immutable value taken on the event loop)
+   and works on its own copy of the object (``tests/unit/admission/test_review_threads.py``).
 6. Encode: for the mutating webhook a minimal RFC 6902 patch from the ORIGINAL object to ``Verdict.obj``
    (jsonpatch; never the whole object); warnings; denials with status code 403 and the policy's message.
 
@@ -25,13 +34,16 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal, Mapping
 
 import jsonpatch
 from aiohttp import web
 
+from webhook.admission.budget import BodyBudget, BudgetSettings
+from webhook.admission.connections import track_requests
 from webhook.admission.metrics import AdmissionMetrics
 from webhook.admission.review import (
     AdmissionReview,
@@ -56,6 +68,10 @@ DEFAULT_READ_TIMEOUT = 10.0
 # would fail a POST it cannot retry. It also bounds clients that connect and never finish their headers (aiohttp
 # arms it from the moment a connection opens).
 DEFAULT_IDLE_TIMEOUT = 120.0
+# Under the webhook's timeoutSeconds (5 s in the chart): the apiserver gets our answer, not a timeout.
+DEFAULT_POLICY_TIMEOUT = 3.0
+DEFAULT_POLICY_WORKERS = 4
+PARSE_INLINE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,16 @@ class ServerSettings:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     # What a policy exception means for the request: "deny" (an error the apiserver rejects) or "allow".
     on_policy_error: Literal["deny", "allow"] = "deny"
+    policy_timeout: float = DEFAULT_POLICY_TIMEOUT
+    policy_workers: int = DEFAULT_POLICY_WORKERS
+    body_budget: BudgetSettings = field(default_factory=BudgetSettings)
+
+    def __post_init__(self) -> None:
+        if not self.policy_timeout > 0:
+            raise ValueError(f"policy timeout must be positive, got {self.policy_timeout}")
+        if self.policy_workers < 1:
+            raise ValueError(f"policy workers must be at least 1, got {self.policy_workers}")
+        self.body_budget.check(self.max_body_bytes)
 
 
 def utc_now() -> datetime:
@@ -85,17 +111,37 @@ class AdmissionHandler:
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
+        self.budget = BodyBudget(settings.body_budget)
+        self._workers: ThreadPoolExecutor | None = None
 
     def app(self) -> web.Application:
         # client_max_size caps request.read() too, as a second line behind our own checks.
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[track_requests])
         for path in self.routes:
             app.router.add_post(path, self.handle)
+        app.on_cleanup.append(self._stop_workers)
         return app
 
+    async def _stop_workers(self, _: web.Application) -> None:
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+            self._workers = None
+
+    async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(self.settings.policy_workers, thread_name_prefix="trainguard-review")
+        return await asyncio.get_running_loop().run_in_executor(self._workers, fn, *args)
+
+    @property
+    def runner_options(self) -> dict[str, Any]:
+        """aiohttp request-handler options: idle connections closed after ``idle_timeout``; no lingering (aiohttp
+        otherwise reads and discards an unfinished body for 10 s before it closes the connection, so a withheld body
+        held its socket that much longer after its 408)."""
+        return {"access_log": None, "keepalive_timeout": self.settings.idle_timeout, "lingering_time": 0}
+
     def runner(self) -> web.AppRunner:
-        """The runner to serve ``app()`` with: idle/slow-header connections closed after ``idle_timeout``."""
-        return web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.settings.idle_timeout, shutdown_timeout=10.0)
+        """The runner to serve ``app()`` with (``runner_options``)."""
+        return web.AppRunner(self.app(), shutdown_timeout=10.0, **self.runner_options)
 
     # ---- HTTP level --------------------------------------------------------------------------------------
 
@@ -114,8 +160,26 @@ class AdmissionHandler:
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._reject(413, "too_large", f"body of {request.content_length} bytes exceeds the {limit}-byte limit", request)
+        # A chunked body (never sent by the apiserver) may grow to the limit: reserve the worst case.
+        reserved = request.content_length if request.content_length is not None else limit
+        deadline = asyncio.get_running_loop().time() + self.settings.read_timeout
         try:
-            async with asyncio.timeout(self.settings.read_timeout):
+            async with asyncio.timeout_at(deadline):
+                await self.budget.acquire(reserved)
+        except TimeoutError:
+            resp = self._reject(
+                503, "busy", f"server busy: {self.budget.in_use} bytes of request bodies in flight; retry", request)
+            resp.headers["Retry-After"] = "1"
+            resp.force_close()
+            return resp
+        try:
+            return await self._handle_reserved(request, bound, limit, deadline)
+        finally:
+            await self.budget.release(reserved)
+
+    async def _handle_reserved(self, request: web.Request, bound: BoundRoute, limit: int, deadline: float) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout_at(deadline):
                 body = await _read_capped(request, limit)
         except TimeoutError:
             resp = self._reject(408, "read_timeout", f"body not received within {self.settings.read_timeout}s", request)
@@ -126,13 +190,25 @@ class AdmissionHandler:
             resp.force_close()
             return resp
         started = time.perf_counter()
+        # Taken here, on the event loop that feeds the caches; the worker gets an immutable value.
+        snapshot = self.snapshot()
+        review: AdmissionReview | None = None
         try:
-            review = parse_review(body)
+            async with asyncio.timeout(self.settings.policy_timeout):
+                # A small body parses in well under a millisecond: on the loop, so that a review queued behind stuck
+                # workers still has its uid for an answer. A large one is parsed in a worker.
+                review = parse_review(body) if len(body) <= PARSE_INLINE_BYTES else await self._in_worker(parse_review, body)
+                del body
+                response, outcome = await self._in_worker(self.review, bound, review, snapshot)
         except ReviewError as e:
             return self._reject(400, "bad_review", str(e), request)
-        try:
-            response, outcome = self.review(bound, review)
+        except TimeoutError:
+            if review is None:
+                return self._reject(503, "busy", f"review not parsed within {self.settings.policy_timeout}s; retry", request)
+            response, outcome = self._overdue(bound, review)
         except Exception as e:  # a bug of ours: still an answer the apiserver can show, never an HTTP 500
+            if review is None:
+                raise
             log.exception("review failed", extra={"uid": review.request.uid, "webhook": bound.route.name})
             response = error_response(review.request.uid, 500, f"internal error in {bound.route.name}: {type(e).__name__}")
             outcome = Outcome("error", "InternalError")
@@ -152,9 +228,21 @@ class AdmissionHandler:
         )
         return web.json_response(response, dumps=_dumps)
 
+    def _overdue(self, bound: BoundRoute, review: AdmissionReview) -> tuple[dict[str, Any], "Outcome"]:
+        route, uid = bound.route, review.request.uid
+        self.metrics.policy_timeouts.labels(route.name).inc()
+        message = f"policy did not decide within {self.settings.policy_timeout}s"
+        log.warning("review overdue: %s", message, extra={"uid": uid, "webhook": route.name, "reason": "PolicyTimeout"})
+        if self.settings.on_policy_error == "allow":
+            return allowed_response(uid, warnings=[f"trainguard: {route.name} skipped: {message}"]), Outcome("error", "PolicyTimeout")
+        return error_response(uid, 500, f"internal error in {route.name}: {message}"), Outcome("error", "PolicyTimeout")
+
     # ---- review level (pure apart from metrics and logs) ------------------------------------------------
 
-    def review(self, bound: BoundRoute, review: AdmissionReview) -> tuple[dict[str, Any], "Outcome"]:
+    def review(
+        self, bound: BoundRoute, review: AdmissionReview, snapshot: ClusterSnapshot | None = None,
+    ) -> tuple[dict[str, Any], "Outcome"]:
+        """Decide one parsed review (runs in a worker thread; ``snapshot`` defaults to the caches' current one)."""
         req = review.request
         route = bound.route
         if (req.kind.group, req.kind.kind) != (route.group, route.kind):
@@ -180,7 +268,7 @@ class AdmissionHandler:
             namespace=req.namespace,
         )
         try:
-            verdict = bound.decide(admission, self.snapshot())
+            verdict = bound.decide(admission, snapshot if snapshot is not None else self.snapshot())
             if not isinstance(verdict, Verdict):
                 raise TypeError(f"policy returned {type(verdict).__name__}, not a Verdict")
         except Exception as e:  # a policy bug must cost one request, not the server

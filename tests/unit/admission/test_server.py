@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from webhook.admission.metrics import AdmissionMetrics
@@ -334,3 +334,130 @@ def test_long_warnings_are_kept_whole_while_all_fit() -> None:
     long = "spec.trainer: fits no topology level of TrainJobPolicy: " + "n" * 400
     assert len(long) > WARNING_MAX_RUNES
     assert bound_warnings([long, "short", "short"]) == [long, "short"]
+
+
+# ---- no request can stall others: the policy budget and the body budget ------------------------------------------
+
+
+def _slow_routes(release: "threading.Event"):  # type: ignore[name-defined]
+    """The TrainingRuntime validator blocks (CPU or a bug: the server cannot tell) until ``release`` is set."""
+    from reviews import FAKE_POLICIES
+    from webhook.admission.routes import bind_routes
+    from webhook.policy.verdict import Verdict
+
+    def stuck(inp, snap):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        return Verdict.allow(None)
+
+    return bind_routes({**FAKE_POLICIES, "validate_training_runtime": stuck})
+
+
+RUNTIME = "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime"
+
+
+@pytest.mark.parametrize(
+    ("on_error", "allowed", "fragment"),
+    [("deny", False, "internal error in validator.trainingruntime.trainer.kubeflow.org: policy did not decide within 0.3s"),
+     ("allow", True, "validator.trainingruntime.trainer.kubeflow.org skipped: policy did not decide within 0.3s")],
+)
+async def test_an_overdue_review_is_answered_at_the_deadline_while_others_flow(on_error: str, allowed: bool, fragment: str) -> None:
+    import threading
+
+    release = threading.Event()
+    metrics = AdmissionMetrics()
+    handler = AdmissionHandler(_slow_routes(release), ClusterSnapshot, metrics,
+                               ServerSettings(policy_timeout=0.3, policy_workers=2, on_policy_error=on_error))  # type: ignore[arg-type]
+    try:
+        async with TestClient(TestServer(handler.app())) as client:
+            stuck = asyncio.create_task(post(client, RUNTIME, review(RUNTIME, uid="slow")))
+            await asyncio.sleep(0.05)
+            # While the stuck review holds a worker, the other reviews are decided at their normal pace.
+            for _ in range(5):
+                status, out = await asyncio.wait_for(post(client, VALIDATE, review(VALIDATE)), 0.25)
+                assert status == 200 and out["response"]["allowed"] is True
+            status, out = await asyncio.wait_for(stuck, 5)
+    finally:
+        release.set()
+    resp = out["response"]
+    assert status == 200 and resp["uid"] == "slow" and resp["allowed"] is allowed
+    text = resp["warnings"][0] if allowed else resp["status"]["message"]
+    assert fragment in text
+    assert sample(metrics, "trainguard_admission_policy_timeouts_total", webhook="validator.trainingruntime.trainer.kubeflow.org") == 1
+    assert sample(metrics, "trainguard_admission_requests_total", webhook="validator.trainingruntime.trainer.kubeflow.org", verdict="error") == 1
+
+
+async def test_reviews_queued_behind_stuck_workers_get_their_answer_at_the_deadline() -> None:
+    import threading
+
+    release = threading.Event()
+    handler = AdmissionHandler(_slow_routes(release), ClusterSnapshot, AdmissionMetrics(),
+                               ServerSettings(policy_timeout=0.3, policy_workers=1))
+    try:
+        async with TestClient(TestServer(handler.app())) as client:
+            first = asyncio.create_task(post(client, RUNTIME, review(RUNTIME)))
+            await asyncio.sleep(0.05)
+            status, out = await asyncio.wait_for(post(client, VALIDATE, review(VALIDATE, uid="queued")), 5)
+            await first
+    finally:
+        release.set()
+    # The only worker is stuck: the queued review never ran, and still got a clear answer in time.
+    assert status == 200 and out["response"]["uid"] == "queued" and out["response"]["allowed"] is False
+    assert "did not decide within 0.3s" in out["response"]["status"]["message"]
+
+
+async def test_held_bodies_are_bounded_and_small_reviews_still_pass() -> None:
+    """Clients that never finish large bodies hold at most the large share of the budget (a fourth one is not even
+    read); a normal review gets through meanwhile; every holder is cut at its read deadline and the budget is whole
+    again afterwards."""
+    from webhook.admission.budget import BudgetSettings
+
+    KiB = 1024
+    settings = ServerSettings(max_body_bytes=64 * KiB, read_timeout=1.0,
+                              body_budget=BudgetSettings(total_bytes=256 * KiB, large_body_bytes=16 * KiB))
+    handler = AdmissionHandler(fake_routes(), ClusterSnapshot, AdmissionMetrics(), settings)
+    # The production runner (TestServer ignores runner options such as lingering_time).
+    runner = handler.runner()
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        held = []
+        for _ in range(4):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(f"POST {VALIDATE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {64 * KiB}\r\n\r\n".encode()
+                    + b" " * (60 * KiB))  # and never the rest
+            await w.drain()
+            held.append((r, w))
+        await asyncio.sleep(0.2)
+        assert handler.budget.in_use == 192 * KiB  # 3 x 64 KiB = 75% of 256 KiB; the fourth waits unread
+        async with ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}{VALIDATE}", json=review(VALIDATE)) as resp:
+                assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+        for r, w in held:  # answered at the read deadline AND closed (no lingering read of the rest)
+            first_line = (await asyncio.wait_for(r.read(), 5)).split(b"\r\n")[0]
+            assert b" 408 " in first_line or b" 503 " in first_line
+            w.close()
+        assert handler.budget.in_use == 0 and handler.budget.large_in_use == 0
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_body_that_cannot_get_its_share_in_time_is_answered_503() -> None:
+    from webhook.admission.budget import BudgetSettings
+
+    KiB = 1024
+    settings = ServerSettings(max_body_bytes=64 * KiB, read_timeout=0.3,
+                              body_budget=BudgetSettings(total_bytes=256 * KiB, large_body_bytes=16 * KiB))
+    metrics = AdmissionMetrics()
+    handler = AdmissionHandler(fake_routes(), ClusterSnapshot, metrics, settings)
+    big = review(VALIDATE)
+    big["padding"] = "x" * (40 * KiB)
+    async with TestClient(TestServer(handler.app())) as client:
+        assert handler.budget.try_acquire(64 * KiB) and handler.budget.try_acquire(64 * KiB) and handler.budget.try_acquire(64 * KiB)
+        status, text = await post(client, VALIDATE, big)
+        assert status == 503 and "server busy: 196608 bytes of request bodies in flight" in text
+        assert (await post(client, VALIDATE, review(VALIDATE)))[0] == 200  # small ones still fit
+        await handler.budget.release(64 * KiB)
+        assert (await post(client, VALIDATE, big))[0] == 200
+    assert sample(metrics, "trainguard_admission_bad_requests_total", reason="busy") == 1
