@@ -36,8 +36,8 @@ a uid):
   descriptors by any process of that user fails with ETOOMANYREFS. The count is not released when the sender
   closes its end, only when the receiver reads the descriptors or closes its end. So the agent bounds what it has
   in flight: per connection (``max_unread_fds``), per peer (at most a quarter of the total) and in all
-  (``max_unread_fds_total``, at most half the agent's RLIMIT_NOFILE), using SIOCOUTQ (bytes this end sent that the peer has not consumed; 0 means every
-  descriptor sent was received) to learn when a client has read. A connection whose next request could exceed a
+  (``max_unread_fds_total``, at most half the agent's RLIMIT_NOFILE), using SIOCOUTQ (bytes this end sent that the
+  peer has not consumed; 0 means every descriptor sent was received) to learn when a client has read. A connection whose next request could exceed a
   bound is not read from until its client reads; a connection the agent closes while its client still holds
   unread descriptors is shut down but kept (not served, counted) until the client reads or closes, so closing and
   reconnecting cannot shed the charge. Residual risk: the kernel's count is per UID node-wide, so processes of
@@ -407,7 +407,10 @@ class CacheAgent:
 
     def _room_for_fds(self, connection: "_Connection") -> bool:
         """Whether ``connection`` may be answered now: the largest reply (``MAX_OPEN_BATCH`` descriptors) must fit
-        within its own, its peer's and the agent's bound on descriptors not yet received."""
+        within its own, its peer's and the agent's bound on descriptors not yet received. The charges are upper
+        bounds, refreshed (one SIOCOUTQ each) only when they do not fit: the common case costs no system call."""
+        if self._fits(connection):
+            return True
         connection.refresh_unread()
         if not self._fits(connection):
             for other in list(self._connections) + list(self._lingering):  # learn what other clients have read
@@ -811,7 +814,7 @@ class _Connection:
                 end = HEADER.size + length
                 if len(self.inbox) < end:
                     break
-                if (self.unread or self.agent._unread_total) and not self.agent._room_for_fds(self):
+                if not self.agent._room_for_fds(self):
                     self._hold()
                     break
                 body = bytes(self.inbox[HEADER.size : end])
