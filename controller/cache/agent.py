@@ -182,6 +182,7 @@ class CacheAgent:
         self._lingering: set[_Connection] = set()  # closed for serving, their clients still hold unread descriptors
         self._unread_by_peer: dict[tuple[int, int], int] = {}
         self._unread_total = 0
+        self._refreshed_all = float("-inf")
         self.unread_limit_total = config.max_unread_fds_total
         self.unread_limit_peer = config.max_unread_fds_per_peer
         self.unread_limit_connection = config.max_unread_fds
@@ -413,8 +414,11 @@ class CacheAgent:
             return True
         connection.refresh_unread()
         if not self._fits(connection):
-            for other in list(self._connections) + list(self._lingering):  # learn what other clients have read
-                other.refresh_unread()
+            now = asyncio.get_running_loop().time()
+            if now - self._refreshed_all >= _HOLD_POLL_SECONDS:  # at most once per poll interval, however many wait
+                self._refreshed_all = now
+                for other in list(self._connections) + list(self._lingering):  # learn what other clients have read
+                    other.refresh_unread()
         return self._fits(connection)
 
     def _fits(self, connection: "_Connection") -> bool:
