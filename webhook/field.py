@@ -28,6 +28,8 @@ class ErrorType(str, Enum):
     DUPLICATE = "Duplicate value"
     NOT_SUPPORTED = "Unsupported value"
     INTERNAL = "Internal error"
+    TOO_MANY = "Too many"
+    TOO_LONG = "Too long"
 
 
 _OMIT = object()
@@ -41,7 +43,8 @@ class FieldError:
     value: Any = _OMIT
 
     def __str__(self) -> str:
-        if self.type in (ErrorType.INVALID, ErrorType.NOT_SUPPORTED, ErrorType.DUPLICATE, ErrorType.NOT_FOUND):
+        if self.type in (ErrorType.INVALID, ErrorType.NOT_SUPPORTED, ErrorType.DUPLICATE, ErrorType.NOT_FOUND,
+                         ErrorType.TOO_MANY):
             shown = _render_value(None if self.value is _OMIT else self.value)
             text = f"{self.path}: {self.type.value}: {shown}"
             return f"{text}: {self.detail}" if self.detail else text
@@ -72,16 +75,23 @@ def internal(path: str, detail: str) -> FieldError:
     return FieldError(path, ErrorType.INTERNAL, detail)
 
 
+def too_many(path: str, actual: int, limit: int, what: str = "items") -> FieldError:
+    """``field.TooMany``: ``spec.trainer.env: Too many: 60000: must have at most 128 items``."""
+    return FieldError(path, ErrorType.TOO_MANY, f"must have at most {limit} {what}", actual)
+
+
+def too_long(path: str, limit: int) -> FieldError:
+    """``field.TooLong`` as the apiserver reports a schema ``maxLength`` (the value itself is not repeated)."""
+    return FieldError(path, ErrorType.TOO_LONG, f"may not be more than {limit} characters")
+
+
 def aggregate(errors: Iterable[FieldError | str]) -> str:
     """One message for many errors, as ``utilerrors.NewAggregate`` prints it: ``e`` alone, else ``[e1, e2]``.
 
-    Duplicate messages are dropped (upstream's aggregate de-duplicates too), order is kept.
+    Duplicate messages are dropped (upstream's aggregate de-duplicates too), order is kept. Linear in the number of
+    errors (a dict, not a scan of the messages so far).
     """
-    seen: list[str] = []
-    for e in errors:
-        s = str(e)
-        if s not in seen:
-            seen.append(s)
+    seen = list(dict.fromkeys(str(e) for e in errors))
     if not seen:
         return ""
     return seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"

@@ -3,7 +3,11 @@
 The admission server (and ``trainguard render``) call exactly these; every rule lives in its own module and this
 one only fixes the ORDER in which they run, so the result is deterministic and idempotent:
 
-``mutate_trainjob`` (mutating webhook; never denies):
+Every entry point first passes the object through the door check (``well_formed.checked``): a CREATE or UPDATE
+whose object is not the shape of its CRD, or exceeds its size limits, is denied with the field path before any
+rule runs, mutating webhook included.
+
+``mutate_trainjob`` (mutating webhook; denies only at the door):
   1. CREATE only: resolve the runtime, match TrainJobPolicies (``matching``), compute the effective job through
      ``webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
      ``trainguard.io/policy`` runtimePatch with topology hints;
@@ -53,6 +57,7 @@ from webhook.policy.runtime_ref import (
 from webhook.policy.timestamps import stamp_runtime_patches
 from webhook.policy.updates import judging_policies, update_findings
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from webhook.policy.well_formed import checked
 
 UPSTREAM = "UpstreamValidation"
 DATASET_CACHE = "DatasetCache"
@@ -81,8 +86,9 @@ def _unique(items: list[str]) -> list[str]:
 # --- TrainJob ---------------------------------------------------------------------------------------------------
 
 
+@checked("TrainJob")
 def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """Default a TrainJob: policy effects (CREATE), then runtimePatch times. Never denies."""
+    """Default a TrainJob: policy effects (CREATE), then runtimePatch times. Denies only a malformed object."""
     if not _admits(review):
         return Verdict.allow()
     obj = review.obj
@@ -117,8 +123,8 @@ def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, An
     """Put the old ``trainguard.io/policy`` entry back, first, when an UPDATE left it out (policy effects are
     decided at CREATE; an update may edit the entry, but omitting it is what list-replacing clients do)."""
     kept = _policy_entry(old)
-    if kept is None or _policy_entry(obj) is not None:
-        return obj
+    if kept is None or _policy_entry(obj) is not None or not isinstance(obj.get("spec"), dict):
+        return obj  # no spec: nothing to keep it in (adding one would make a spec without runtimeRef)
     result = copy.deepcopy(obj)
     spec = result.setdefault("spec", {})
     patches = spec.get("runtimePatches")
@@ -126,6 +132,7 @@ def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, An
     return result
 
 
+@checked("TrainJob")
 def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """Upstream's TrainJob validation (§2.5), then trainguard's DatasetCache, limit and topology checks."""
     if not _admits(review):
@@ -195,6 +202,7 @@ def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: st
 # --- runtimes ---------------------------------------------------------------------------------------------------
 
 
+@checked("TrainingRuntime")
 def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """TrainingRuntime CREATE and (unlike upstream, which skips updates) UPDATE."""
     if not _admits(review):
@@ -202,6 +210,7 @@ def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot)
     return _decide(runtime_rules.runtime_errors(review.obj), [], UPSTREAM)
 
 
+@checked("ClusterTrainingRuntime")
 def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """ClusterTrainingRuntime CREATE and UPDATE; creating a deprecated runtime warns, as upstream does."""
     if not _admits(review):
@@ -219,6 +228,7 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
 # --- trainguard.io objects ----------------------------------------------------------------------------------------
 
 
+@checked("TrainJobPolicy")
 def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """TrainJobPolicy: readable, sane topology and limits, no conflict with an overlapping equal-priority policy."""
     if not _admits(review):
@@ -229,6 +239,7 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
     return _decide(errors, warnings, POLICY_OBJECT)
 
 
+@checked("DatasetCache")
 def validate_dataset_cache(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """DatasetCache: what the CRD's CEL rules cannot check."""
     if not _admits(review):

@@ -5,11 +5,20 @@ A patch's time tells Kueue and people when its content last changed, so it must 
 * CREATE: every entry without a time gets ``now``; a client-supplied time is kept.
 * UPDATE, per new entry, by ``manager``:
   - an old entry exists and is equal ignoring ``time`` -> the OLD time (whatever the client sent);
-  - an old entry exists and differs -> ``now`` (even if the client sent a time);
+  - an old entry exists and differs -> ``now`` (even if the client sent a time), UNLESS the entry already carries
+    a time after the old entry's and not after ``now``: that time was stamped for this very change, by an
+    earlier invocation of the webhook for the same request, and is kept;
   - no old entry -> the client's time if given, else ``now``.
 
-Pure: the clock is the ``now`` argument. Idempotent: stamping a stamped object with the same ``now`` (and the
-same old object) changes nothing.
+Pure: the clock is the ``now`` argument. Idempotent, also across reinvocation: the apiserver calls the mutating
+webhook again (``reinvocationPolicy: IfNeeded``) with the already-stamped object and the same old object a moment
+later; re-stamping a changed entry with the later ``now`` would change the object on every call.
+
+Deliberate difference from upstream v2.3: upstream's defaulter overwrites a changed entry's time with ``now``
+whatever it holds (its webhook configuration leaves reinvocationPolicy at Never); trainguard keeps a time in ``(old
+time, now]``, so a client that sends such a time for its change keeps it. Times have second precision, so an UPDATE
+in the same second as the old entry's stamp cannot be told from a client echoing the old time: it is stamped again
+on reinvocation (at most once more, one second later).
 """
 
 from __future__ import annotations
@@ -60,6 +69,26 @@ def stamp_runtime_patches(obj: Object, old_obj: Object | None, now: datetime) ->
                 entry["time"] = stamp
         elif _without_time(old) == _without_time(entry):
             entry["time"] = old.get("time") or stamp
-        else:
+        elif not _stamped_since(entry.get("time"), old.get("time"), now):
             entry["time"] = stamp
     return result
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+
+
+def _stamped_since(time: Any, old_time: Any, now: datetime) -> bool:
+    """Whether ``time`` is a stamp for a change made after the old entry's time: in ``(old_time, now]``."""
+    stamped = _parse_time(time)
+    if stamped is None:
+        return False
+    now = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+    before = _parse_time(old_time)
+    return (before is None or stamped > before) and stamped <= now

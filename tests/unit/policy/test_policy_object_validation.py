@@ -14,7 +14,7 @@ def check(obj, snapshot=None):
 
 
 CASES = [
-    ("unreadable mode", policy("p", mode="Sometimes"), "spec.mode: Invalid value: \"Sometimes\": Input should be"),
+    ("unreadable mode", policy("p", mode="Sometimes"), "spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\""),
     ("levels not growing", policy("p", topology={"levels": [GPU_LEVELS[1], {"nodeLabel": "x.io/y", "gpusPerDomain": 72}]}),
      "spec.topology.levels[1].gpusPerDomain: Invalid value: 72: levels go from narrowest to widest, so must be more "
      "than the 72 GPUs of levels[0] (nvidia.com/gpu.clique)"),
