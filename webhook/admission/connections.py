@@ -3,8 +3,13 @@
 The admission port accepts anyone who can reach it, before any credential is checked, so every connection is
 hostile until it has sent a request. ``GatedSite`` replaces aiohttp's ``TCPSite`` with a listener that:
 
-* **caps concurrent connections** (``max_connections``): past the cap a new connection is aborted in
-  ``connection_made``, before any TLS object exists (one ``accept`` and one ``close``; no handshake, no buffers);
+* **caps concurrent connections** (``max_connections``). At the cap, a new connection takes the place of the
+  oldest *unproven* one (still in its TLS handshake, or through it without having sent a complete request head):
+  that one is aborted. Only when every connection has proven itself is the new one refused. Either way the
+  decision is made in ``connection_made``, before any TLS object exists for the new connection (one ``accept``,
+  one ``close``). Refusing only, an attacker who filled the cap with idle sockets locked the apiserver out of new
+  connections until the deadlines freed slots; with eviction the attacker's sockets make room for the apiserver's,
+  and a connection that has sent a request (the apiserver's kept-alive ones) is never evicted;
 * does the **TLS handshake itself** under ``tls_handshake_timeout`` (asyncio's default is 60 s) and a short
   ``tls_shutdown_timeout`` (default 30 s: a peer that never answers close_notify kept its slot that long);
 * gives each connection a **small TLS read buffer**: asyncio's ``SSLProtocol`` allocates a 256 KiB ``bytearray``
@@ -62,7 +67,8 @@ class ConnectionLimits:
 
 class ConnectionMetrics:
     """``trainguard_connections{listener}`` (open now) and ``trainguard_connections_closed_total{listener,reason}``
-    for connections the server cut: ``over_limit``, ``tls_handshake`` (failed or timed out), ``header_timeout``."""
+    for connections the server cut: ``over_limit`` (refused at accept), ``evicted`` (an unproven one, to make room),
+    ``tls_handshake`` (failed or timed out), ``header_timeout``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.open = Gauge("trainguard_connections", "Open connections (handshake included).", ["listener"], registry=registry)
@@ -117,6 +123,8 @@ class ConnectionGate:
         self.peak = 0  # highest ``open`` since the last ``take_peak``
         self._metrics = metrics
         self._handshakes: set[asyncio.Task[None]] = set()
+        # Connections that have not yet sent a complete request head, oldest first (dicts keep insertion order).
+        self._unproven: dict[asyncio.Transport, None] = {}
 
     def __call__(self) -> asyncio.Protocol:
         return _Accepted(self)
@@ -129,17 +137,29 @@ class ConnectionGate:
         if self._metrics is not None:
             self._metrics.closed.labels(self.listener, reason).inc()
 
-    def _admit(self) -> bool:
+    def _admit(self, transport: asyncio.Transport) -> bool:
         if self.open >= self.limits.max_connections:
-            self.closed("over_limit")
-            return False
-        self.open += 1
+            if not self._unproven:
+                self.closed("over_limit")
+                return False
+            oldest = next(iter(self._unproven))
+            self.proven(oldest)
+            self.closed("evicted")
+            oldest.abort()  # its connection_lost releases its slot, now or on the next loop iteration
+            self.open += 1  # the new one is in; ``open`` may exceed the cap until the abort completes
+        else:
+            self.open += 1
+        self._unproven[transport] = None
         self.peak = max(self.peak, self.open)
         if self._metrics is not None:
             self._metrics.open.labels(self.listener).set(self.open)
         return True
 
-    def _release(self) -> None:
+    def proven(self, transport: asyncio.Transport) -> None:
+        self._unproven.pop(transport, None)
+
+    def _release(self, transport: asyncio.Transport) -> None:
+        self.proven(transport)
         self.open -= 1
         if self._metrics is not None:
             self._metrics.open.labels(self.listener).set(self.open)
@@ -150,8 +170,11 @@ class ConnectionGate:
         task.add_done_callback(self._handshakes.discard)
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
-        conn = _Connection(self, self.handler_factory())
+        conn = _Connection(self, transport)
         loop = asyncio.get_running_loop()
+        if transport.is_closing():  # evicted before its handshake began
+            self._release(transport)
+            return
         try:
             if self.ssl_context is None:
                 transport.set_protocol(conn)
@@ -160,12 +183,13 @@ class ConnectionGate:
                 tls = await _start_tls(loop, transport, conn, self.ssl_context, self.limits)
         except asyncio.CancelledError:
             transport.abort()
-            self._release()
+            self._release(transport)
             raise
-        except Exception:  # handshake timeout, bad ClientHello, peer gone: the client's problem, not a log line
+        except Exception:  # handshake timeout, bad ClientHello, peer gone, evicted: the client's problem, not a log line
             transport.abort()
-            self.closed("tls_handshake")
-            self._release()
+            if transport in self._unproven:
+                self.closed("tls_handshake")
+            self._release(transport)
             return
         conn.connection_made(tls)
         if self.ssl_context is None:
@@ -185,7 +209,7 @@ class _Accepted(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if not self.gate._admit():
+        if not self.gate._admit(transport):
             transport.abort()
             return
         transport.pause_reading()
@@ -193,12 +217,17 @@ class _Accepted(asyncio.Protocol):
 
 
 class _Connection(asyncio.Protocol):
-    """aiohttp's request handler, plus the header deadline and the connection count."""
+    """aiohttp's request handler (created once the handshake is done: a socket that never finishes one costs no
+    HTTP parser), plus the header deadline, the connection count and the proof (a first request head)."""
 
-    def __init__(self, gate: ConnectionGate, inner: Any) -> None:
+    def __init__(self, gate: ConnectionGate, raw: asyncio.Transport) -> None:
         self.gate = gate
-        self.inner = inner
+        self.raw = raw  # the TCP transport: the gate's key for this connection
+        self.inner: Any = None
         self.transport: asyncio.Transport | None = None
+        # The TLS layer may hand over the first request's bytes in the same callback that completes the handshake,
+        # before the gate has called connection_made: kept here for the handler.
+        self._early: list[bytes] = []
         self.busy = False  # a request is being handled
         self._deadline: asyncio.TimerHandle | None = None
         self._lost = False
@@ -208,22 +237,31 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.inner = self.gate.handler_factory()
         self.inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.inner.data_received(data)
         self._arm()  # the first request's head is due within header_timeout of the handshake
 
     def data_received(self, data: bytes) -> None:
         if self._deadline is None and not self.busy:
             self._arm()  # the first byte of the next request on a kept-alive connection
-        self.inner.data_received(data)
+        if self.inner is not None:
+            self.inner.data_received(data)
+        else:
+            self._early.append(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()  # type: ignore[no-any-return]
+        return self.inner.eof_received() if self.inner is not None else None  # type: ignore[no-any-return]
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        if self.inner is not None:
+            self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        if self.inner is not None:
+            self.inner.resume_writing()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._lost:
@@ -231,15 +269,17 @@ class _Connection(asyncio.Protocol):
         self._lost = True
         self._disarm()
         try:
-            self.inner.connection_lost(exc)
+            if self.inner is not None:
+                self.inner.connection_lost(exc)
         finally:
-            self.gate._release()
+            self.gate._release(self.raw)
 
     # ---- request tracking (from the middleware) ---------------------------------------------------------------
 
     def request_started(self) -> None:
         self.busy = True
         self._disarm()
+        self.gate.proven(self.raw)
 
     def request_finished(self) -> None:
         self.busy = False

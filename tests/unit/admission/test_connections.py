@@ -100,23 +100,38 @@ async def test_a_good_request_is_served(served: Served) -> None:
     writer.close()
 
 
-async def test_connections_over_the_cap_are_closed_at_once_and_the_cap_frees_up(served: Served) -> None:
+async def test_at_the_cap_a_new_connection_evicts_the_oldest_unproven_one(served: Served) -> None:
     idle = [await asyncio.open_connection("127.0.0.1", served.port) for _ in range(LIMITS.max_connections)]
     await asyncio.sleep(0.05)
     started = time.monotonic()
-    extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", served.port)
-    assert await closed_by_server(extra_reader, within=5)
-    assert time.monotonic() - started < LIMITS.tls_handshake_timeout  # not held until a timeout: closed at accept
-    assert served.closed("over_limit") >= 1
-    # The idle ones never start a handshake: each is closed by the handshake deadline and frees its slot.
-    for reader, _ in idle:
-        assert await closed_by_server(reader, within=10)
-    assert served.closed("tls_handshake") == LIMITS.max_connections
+    # A good client arrives while idle sockets fill the cap: it takes the oldest one's place and is served.
     reader, writer = await served.tls()
     assert await exchange(reader, writer) == 200
-    for _, w in [*idle, (extra_reader, extra_writer)]:
+    assert await closed_by_server(idle[0][0], within=5)
+    assert time.monotonic() - started < LIMITS.tls_handshake_timeout  # evicted at once, not at a deadline
+    assert served.closed("evicted") == 1 and served.closed("over_limit") == 0
+    # The others never start a handshake: each is dropped at the handshake deadline, freeing its slot.
+    for r, _ in idle[1:]:
+        assert await closed_by_server(r, within=10)
+    assert served.closed("tls_handshake") == LIMITS.max_connections - 1
+    assert await exchange(reader, writer) == 200  # the proven connection was never touched
+    for _, w in [*idle, (reader, writer)]:
         w.close()
-    writer.close()
+
+
+async def test_when_every_connection_has_proven_itself_a_new_one_is_refused_at_accept(served: Served) -> None:
+    proven = [await served.tls() for _ in range(LIMITS.max_connections)]
+    for r, w in proven:
+        assert await exchange(r, w) == 200
+    started = time.monotonic()
+    extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", served.port)
+    assert await closed_by_server(extra_reader, within=5)
+    assert time.monotonic() - started < LIMITS.tls_handshake_timeout  # refused at accept, not at a deadline
+    assert served.closed("over_limit") == 1 and served.closed("evicted") == 0
+    for r, w in proven:  # kept-alive connections that sent requests keep working
+        assert await exchange(r, w) == 200
+        w.close()
+    extra_writer.close()
 
 
 async def test_a_half_finished_handshake_is_cut_at_the_handshake_deadline(served: Served) -> None:
