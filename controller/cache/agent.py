@@ -395,6 +395,17 @@ class CacheAgent:
         self._unread_total += count
         self.metrics.unread_fds.set(self._unread_total)
 
+    def _uncharge(self, connection: "_Connection", count: int) -> None:
+        connection.unread -= count
+        key = connection.peer.key
+        left = self._unread_by_peer.get(key, 0) - count
+        if left > 0:
+            self._unread_by_peer[key] = left
+        else:
+            self._unread_by_peer.pop(key, None)
+        self._unread_total -= count
+        self.metrics.unread_fds.set(self._unread_total)
+
     def _discharge(self, connection: "_Connection") -> None:
         count, connection.unread = connection.unread, 0
         key = connection.peer.key
@@ -702,6 +713,7 @@ class _Connection:
         self.fields = peer.fields  # for logs
         self.last_active = loop.time()
         self.unread = 0  # descriptors sent on this connection and possibly not yet received (an upper bound)
+        self.reserved = 0  # part of ``unread`` reserved for a reply being computed in a task (not sent yet)
         self.held = False
         self.poll: asyncio.TimerHandle | None = None
         self.released = False
@@ -740,6 +752,7 @@ class _Connection:
         for _, fds in self.outbox:
             _close_all(fds)
         self.outbox.clear()
+        self._unreserve()
         self.agent._connection_done(self)
         self.refresh_unread()
         if self.unread:
@@ -762,8 +775,13 @@ class _Connection:
 
     def refresh_unread(self) -> None:
         """Forget the descriptors charged to this connection once the client has consumed everything sent."""
-        if self.unread and not self.released and _unsent_bytes(self.sock) == 0:
+        if self.unread and not self.reserved and not self.released and _unsent_bytes(self.sock) == 0:
             self.agent._discharge(self)
+
+    def _unreserve(self) -> None:
+        if self.reserved:
+            self.agent._uncharge(self, self.reserved)
+            self.reserved = 0
 
     # -- reading -----------------------------------------------------------------------------------------
     def _resume_reading(self) -> None:
@@ -826,6 +844,10 @@ class _Connection:
                 answer = self.agent._answer_now(body, self.fields)
                 if answer is None:
                     self._pause_reading()
+                    # The room just checked stays taken while the answer is computed in a task; otherwise every
+                    # connection could pass the check before any of them is charged.
+                    self.reserved = MAX_OPEN_BATCH
+                    self.agent._charge(self, MAX_OPEN_BATCH)
                     self.slow = self.loop.create_task(self._answer_slowly(body))
                     break
                 self._send(*answer)
@@ -888,6 +910,7 @@ class _Connection:
         if self.closed:
             _close_all(fds)
             return
+        self._unreserve()
         self.slow = None
         self._send(encode(reply), fds)
         if not self.outbox and not self.closed:
