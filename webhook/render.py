@@ -8,12 +8,14 @@ they depend on, and it prints what the cluster would store and build::
 
 It runs exactly what the webhook runs (``webhook.policy.pipeline``): every runtime, policy and DatasetCache in the
 input is validated first (runtimes labelled ``trainer.kubeflow.org/webhook-validation: disabled`` are skipped, as
-the webhook's objectSelector skips them); then each TrainJob goes through the mutating and then the validating
-webhook, and the admitted TrainJob through the runtime build (``webhook.runtime``). Output, one YAML stream on
-stdout: per TrainJob, the admitted (mutated) TrainJob, then every object the reconciler would apply (JobSet, MPI
-SSH Secret with a placeholder key, hostfile ConfigMap, PodGroup, Flux objects, cache wiring inside the JobSet) and
-the runtime snapshot ConfigMap, in the controller's namespace (``--snapshot-namespace``, default
-``trainguard-system``), named from the TrainJob's UID (a placeholder UID when the input has none).
+the webhook's objectSelector skips them; DatasetCache sources are checked against the admin's setting, given with
+the webhook's flags ``--dataset-cache-allowed-host-path ROOT`` and ``--no-dataset-cache-allow-pvc``); then each
+TrainJob goes through the mutating and then the validating webhook, and the admitted TrainJob through the runtime
+build (``webhook.runtime``). Output, one YAML stream on stdout: per TrainJob, the admitted (mutated) TrainJob, then
+every object the reconciler would apply (JobSet, MPI SSH Secret with a placeholder key, hostfile ConfigMap,
+PodGroup, Flux objects, cache wiring inside the JobSet) and the runtime snapshot ConfigMap, in the controller's
+namespace (``--snapshot-namespace``, default ``trainguard-system``), named from the TrainJob's UID (a placeholder
+UID when the input has none).
 
 Exit status: 0 admitted; 1 denied (or the build fails), the message on stderr; 2 unreadable input or an unknown
 kind, naming the file and line. Warnings go to stderr as ``Warning: ...``, as kubectl prints them.
@@ -25,14 +27,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 import yaml
 
 from webhook.cli import Run
+from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
 from webhook.policy import pipeline
+from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -162,13 +166,15 @@ def _check(verdict: Verdict, what: str, out: Rendering) -> None:
 
 
 def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_docs: list[Doc] = (),
-           out: Rendering | None = None, snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE) -> Rendering:
+           out: Rendering | None = None, snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE,
+           dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> Rendering:
     """Admit and build every TrainJob in ``docs``; raise ``Denied`` on the first refusal (warnings gathered so far
     stay in ``out``)."""
     from webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
     from webhook.runtime.snapshot import PLACEHOLDER_UID
 
-    snapshot = build_snapshot(docs)
+    # The admin's DatasetCache source setting is a flag of the webhook, not an object, so it is a flag here too.
+    snapshot = replace(build_snapshot(docs), dataset_cache_sources=dataset_cache_sources)
     out = out if out is not None else Rendering()
     for d in docs:
         validate = _VALIDATORS.get(d.kind)
@@ -247,16 +253,19 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--snapshot-namespace", default=DEFAULT_SNAPSHOT_NAMESPACE, metavar="NS",
                         help="the controller's namespace, where it keeps runtime snapshots (default %(default)s)")
 
+    add_dataset_cache_source_flags(parser)
+
     def run(args: argparse.Namespace) -> int:
         return main(args.files, operation=args.operation, old=args.old, now=args.now,
-                    snapshot_namespace=args.snapshot_namespace)
+                    snapshot_namespace=args.snapshot_namespace, dataset_cache_sources=dataset_cache_sources(args))
 
     return run
 
 
 def main(files: list[str], *, operation: str = "CREATE", old: str | None = None, now: datetime | None = None,
          stdout: TextIO | None = None, stderr: TextIO | None = None,
-         snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE) -> int:
+         snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE,
+         dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if operation == "UPDATE" and not old:
@@ -267,7 +276,7 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
         docs = read_files(files)
         old_docs = read_files([old]) if old else []
         render(docs, now=now or datetime.now(timezone.utc), operation=operation, old_docs=old_docs, out=result,
-               snapshot_namespace=snapshot_namespace)
+               snapshot_namespace=snapshot_namespace, dataset_cache_sources=dataset_cache_sources)
     except InputError as e:
         print(f"trainguard render: {e}", file=stderr)
         return 2

@@ -4,7 +4,8 @@ Modules:
 
 * ``daemonset``: pure builders the reconciler calls for each DatasetCache::
 
-      build_daemonset(cache, *, image: str, image_pull_policy="IfNotPresent", report_to_pod=True) -> dict
+      build_daemonset(cache, *, image: str, sources: DatasetCacheSources, image_pull_policy="IfNotPresent",
+                      report_to_pod=True) -> dict       # SourceNotAllowed unless the admin allows the source
       build_agent_rbac(cache) -> list[dict]          # ServiceAccount, Role, RoleBinding (apply before the DaemonSet)
       compute_status(cache, daemonset: dict | None, pods: list[dict], *, now: datetime,
                      previous: dict | None = None) -> dict   # {nodesDesired, nodesReady, bytesResident,

@@ -2,7 +2,8 @@
 
 Pure functions (no I/O, no clock: ``now`` comes in) that the reconciler calls:
 
-* ``build_daemonset(cache, image=...)``: one agent pod per selected node.
+* ``build_daemonset(cache, image=..., sources=...)``: one agent pod per selected node; refuses (``SourceNotAllowed``)
+  a source the admin's ``DatasetCacheSources`` does not allow, so no caller can mount a hostPath it did not check.
 * ``build_agent_rbac(cache)``: the ServiceAccount/Role/RoleBinding the agents use to report residency.
 * ``compute_status(cache, daemonset, pods, now=...)``: ``status`` for the DatasetCache.
 
@@ -34,6 +35,8 @@ from pydantic import ValidationError
 from webhook.api.constants import TRAINGUARD_API_VERSION
 from webhook.api.quantity import QuantityError, parse_quantity
 from webhook.api.trainguard import DatasetCache
+from webhook.field import aggregate
+from webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
 from webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
 
 AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
@@ -52,6 +55,11 @@ COMPONENT = "dataset-cache-agent"
 
 class DatasetCacheSpecError(ValueError):
     """The DatasetCache cannot be turned into a DaemonSet; the message names the field."""
+
+
+class SourceNotAllowed(DatasetCacheSpecError):
+    """The DatasetCache reads from a hostPath or PVC the cluster admin does not allow; the message names the field
+    and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +104,12 @@ def cache_spec(cache: Any) -> CacheSpec:
     pvc = source.persistent_volume_claim
     if bool(host_path) == bool(pvc):
         raise DatasetCacheSpecError("spec.source: exactly one of hostPath or persistentVolumeClaim must be set")
-    if host_path and not host_path.startswith("/"):
-        raise DatasetCacheSpecError(f"spec.source.hostPath.path: {host_path!r} must be an absolute path")
+    if host_path:
+        try:
+            # Mounted as cleaned, the form the source check compares; '..' is refused, never resolved.
+            host_path = clean_host_path(host_path)
+        except UncleanPath as exc:
+            raise DatasetCacheSpecError(f"spec.source.hostPath.path: {host_path!r} {exc}") from exc
     sub_path = ((pvc.path if pvc else None) or "").strip("/")
     if ".." in sub_path.split("/"):
         raise DatasetCacheSpecError(f"spec.source.persistentVolumeClaim.path: {sub_path!r} must not contain '..'")
@@ -141,11 +153,20 @@ def build_daemonset(
     cache: Any,
     *,
     image: str,
+    sources: DatasetCacheSources,
     image_pull_policy: str = "IfNotPresent",
     report_to_pod: bool = True,
 ) -> dict:
-    """The DaemonSet running ``cache``'s agents (see the module docstring for the choices)."""
+    """The DaemonSet running ``cache``'s agents (see the module docstring for the choices).
+
+    Raises ``SourceNotAllowed`` when ``sources`` (the admin's setting) does not allow the cache's source: the
+    agent pods are created by the controller, not the user, so this check is what keeps a namespace user's
+    DatasetCache from mounting an arbitrary node directory past Pod Security.
+    """
     spec = cache_spec(cache)
+    refused = source_errors(cache if isinstance(cache, Mapping) else cache.dump(), sources)
+    if refused:
+        raise SourceNotAllowed(aggregate(refused))
     name = agent_name(spec.name)
     labels = selector_labels(spec.name)
     memory = str(spec.memory_budget_bytes + AGENT_OVERHEAD_BYTES)
@@ -162,6 +183,8 @@ def build_daemonset(
     ]
     if report_to_pod:
         args.append("--report-to-pod")
+    # The data source is mounted read-only: type Directory (never created, never a file or socket), and the mount
+    # below is recursively read-only where the runtime supports it, so submounts under the root stay read-only too.
     if spec.source.host_path:
         data_volume = {"name": "data", "hostPath": {"path": spec.source.host_path, "type": "Directory"}}
     else:
@@ -187,7 +210,7 @@ def build_daemonset(
         "ports": [{"name": "http", "containerPort": AGENT_HTTP_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}},
         "volumeMounts": [
-            {"name": "data", "mountPath": DATA_MOUNT_PATH, "readOnly": True},
+            {"name": "data", "mountPath": DATA_MOUNT_PATH, "readOnly": True, "recursiveReadOnly": "IfPossible"},
             {"name": "socket", "mountPath": SOCKET_DIR_IN_POD},
         ],
         "readinessProbe": {

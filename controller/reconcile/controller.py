@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
@@ -50,6 +50,7 @@ from webhook.kube.resources import (
     TRAINJOBS,
 )
 from webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
+from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.runtime.dataset_cache import WAITS_FOR_LABEL
 from webhook.runtime.names import DATASET_CACHE_ANNOTATION
 from webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
@@ -94,6 +95,8 @@ class Settings:
     watch_podgroups: bool = True
     # Where runtime snapshots live: the controller's own namespace, which users cannot write.
     snapshot_namespace: str = "trainguard-system"
+    # Where DatasetCaches may read from (the admin's flags); the default refuses every hostPath source.
+    dataset_cache_sources: DatasetCacheSources = field(default_factory=DatasetCacheSources)
 
 
 class Controller:
@@ -151,6 +154,7 @@ class Controller:
         self.cache_reconciler = DatasetCacheReconciler(
             kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
             agent_image=settings.cache_agent_image, gated_pods=self.gated_pods, trainjobs=self.trainjobs,
+            sources=settings.dataset_cache_sources,
         )
         self._wire_handlers()
         self._workers: list[asyncio.Task[None]] = []

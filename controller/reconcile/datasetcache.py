@@ -5,6 +5,16 @@ module only does the I/O: server-side apply under the field manager ``trainguard
 ``/status`` when the computed status differs. Children carry a controller ownerReference to the DatasetCache,
 so deleting the cache garbage-collects them.
 
+Before anything is built, the cache's source is checked against the admin's ``DatasetCacheSources`` (the
+controller's ``--dataset-cache-allowed-host-path`` / ``--[no-]dataset-cache-allow-pvc`` flags, the same setting the
+webhook enforces at ``kubectl apply``): defence in depth for a cache created while the webhook was down or before
+the admin narrowed the setting. A refused cache gets no agent RBAC and no DaemonSet; an agent DaemonSet it already
+has is deleted (its pods go with it: a DaemonSet cannot be scaled, and keeping it with a changed template would
+still mount the path until rolled). The ServiceAccount/Role/RoleBinding stay (no pod uses them; the cache's
+ownerReference collects them). Status says why: ``Ready=False``, reason ``SourceNotAllowed``, the message naming
+the field and the allowed roots, and a Warning event with the same reason, once per change. When the admin allows
+the source again, the next reconcile builds the agents as usual.
+
 Then, with the status just computed, the trainer pods held for this cache (``holdTrainersUntilWarm``) are released
 or kept waiting by ``gates.GateReleaser`` - also when the cache is gone, so no pod stays gated for a cache that
 will never warm.
@@ -13,10 +23,11 @@ will never warm.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from controller.cache.daemonset import (
     DatasetCacheSpecError,
+    SourceNotAllowed,
     agent_name,
     build_agent_rbac,
     build_daemonset,
@@ -24,13 +35,40 @@ from controller.cache.daemonset import (
 )
 from controller.reconcile.events import EventRecorder
 from controller.reconcile.gates import GateReleaser
-from controller.reconcile.kinds import DAEMONSETS, resource_for
+from controller.reconcile.kinds import DAEMONSETS, controller_owner, resource_for
 from controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
+from webhook.field import aggregate
 from webhook.kube.client import KubeClient
 from webhook.kube.errors import NotFound
 from webhook.kube.resources import DATASET_CACHES
+from webhook.policy.dataset_cache import DatasetCacheSources, source_errors
 
 Object = dict[str, Any]
+
+REASON_SOURCE_NOT_ALLOWED = "SourceNotAllowed"
+
+
+def refused_status(cache: Mapping[str, Any], message: str, *, now: datetime,
+                   previous: Mapping[str, Any] | None = None) -> dict:
+    """``status`` of a DatasetCache whose source the admin does not allow: nothing desired, nothing ready, and a
+    Ready=False condition that says why (its ``lastTransitionTime`` kept while Ready stays False)."""
+    transition = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for old in (previous or {}).get("conditions") or []:
+        if old.get("type") == "Ready" and old.get("status") == "False" and old.get("lastTransitionTime"):
+            transition = old["lastTransitionTime"]
+    status: dict[str, Any] = {
+        "nodesDesired": 0, "nodesReady": 0, "bytesResident": 0,
+        "conditions": [{"type": "Ready", "status": "False", "reason": REASON_SOURCE_NOT_ALLOWED,
+                        "message": message, "lastTransitionTime": transition}],
+    }
+    generation = (cache.get("metadata") or {}).get("generation")
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
 
 
 class DatasetCacheReconciler:
@@ -46,6 +84,7 @@ class DatasetCacheReconciler:
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         gated_pods: Any = None,  # an Informer over trainer pods labelled trainguard.io/waits-for-dataset-cache
         trainjobs: Any = None,  # an Informer over TrainJobs (events about held pods go to their TrainJob)
+        sources: DatasetCacheSources = DatasetCacheSources(),  # the admin's setting; the default refuses hostPath
     ) -> None:
         self._kube = kube
         self._caches = caches
@@ -54,6 +93,7 @@ class DatasetCacheReconciler:
         self._events = events
         self._image = agent_image
         self._now = now
+        self._sources = sources
         self._gates = (GateReleaser(kube, gated_pods, trainjobs, events, self._live_cache)
                        if gated_pods is not None else None)
 
@@ -70,8 +110,16 @@ class DatasetCacheReconciler:
                 await self._gates.reconcile(namespace, name, cache)
             return Result()
         cache = {"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", **cache}
+        refused = source_errors(cache, self._sources)
+        if refused:
+            new_status = await self._refuse(namespace, name, cache, aggregate(refused))
+            if self._gates is not None:
+                await self._gates.reconcile(namespace, name, {**cache, "status": new_status})
+            return Result()
         try:
-            objects = [*build_agent_rbac(cache), build_daemonset(cache, image=self._image)]
+            objects = [*build_agent_rbac(cache), build_daemonset(cache, image=self._image, sources=self._sources)]
+        except SourceNotAllowed as err:  # source_errors above said yes; the builder's own check is stricter only by bug
+            raise ReconcileError(REASON_SOURCE_NOT_ALLOWED, str(err)) from err
         except DatasetCacheSpecError as err:
             await self._events.record(cache, "Warning", "DatasetCacheBuildFailed", str(err))
             raise ReconcileError("DatasetCacheSpecError", str(err)) from err
@@ -87,12 +135,35 @@ class DatasetCacheReconciler:
         pods = [pod for (ns, _), pod in self._pods.items() if ns == namespace]
         previous = cache.get("status") or {}
         new_status = compute_status(cache, daemonset, pods, now=self._now(), previous=previous)
-        if new_status != previous:
-            meta = cache["metadata"]
-            await self._kube.merge_patch(
-                DATASET_CACHES, name, {"metadata": {"resourceVersion": meta.get("resourceVersion")},
-                                       "status": new_status},
-                namespace, subresource="status", field_manager=FIELD_MANAGER)
+        await self._write_status(cache, previous, new_status)
         if self._gates is not None:
             await self._gates.reconcile(namespace, name, {**cache, "status": new_status})
         return Result()
+
+    async def _write_status(self, cache: Object, previous: Mapping[str, Any], new_status: Object) -> None:
+        if new_status != previous:
+            meta = cache["metadata"]
+            await self._kube.merge_patch(
+                DATASET_CACHES, meta["name"], {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+                                               "status": new_status},
+                meta["namespace"], subresource="status", field_manager=FIELD_MANAGER)
+
+    async def _refuse(self, namespace: str, name: str, cache: Object, message: str) -> Object:
+        """No agents for a source the admin does not allow: delete the DaemonSet this cache owns, say why."""
+        deleted = False
+        daemonset = self._daemonsets.get(agent_name(name), namespace)
+        if daemonset is not None and controller_owner(daemonset, "DatasetCache", "trainguard.io") == name:
+            try:
+                await self._kube.delete(DAEMONSETS, agent_name(name), namespace)
+                deleted = True
+            except NotFound:
+                pass
+        note = f"no cache agents run for this source: {message}"
+        previous = cache.get("status") or {}
+        new_status = refused_status(cache, note, now=self._now(), previous=previous)
+        await self._write_status(cache, previous, new_status)
+        if deleted or _ready_condition(previous).get("message") != note:
+            if deleted:
+                note += f"; the agent DaemonSet {agent_name(name)} was deleted"
+            await self._events.record(cache, "Warning", REASON_SOURCE_NOT_ALLOWED, note)
+        return new_status

@@ -23,6 +23,7 @@ import socket
 import uuid
 
 from webhook.cli import Run
+from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
 from webhook.kube.config import load_config
 from webhook.kube.errors import AlreadyExists, Conflict as ApiConflict, NotFound
 from webhook.kube.resources import LEASES
@@ -51,6 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--leader-elect-retry-period", type=float, default=2.0)
     parser.add_argument("--cache-agent-image", default=os.environ.get("TRAINGUARD_IMAGE", "ghcr.io/trainguard/trainguard:0.1.0"),
                         help="image of the DatasetCache agent DaemonSet")
+    add_dataset_cache_source_flags(parser)
     parser.add_argument("--no-podgroups", action="store_true",
                         help="do not watch PodGroups (scheduler-plugins/Volcano CRDs not installed)")
     parser.add_argument("--snapshot-namespace", default=None,
@@ -100,11 +102,13 @@ async def serve_controller(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     metrics = Metrics()
+    sources = dataset_cache_sources(args)
+    log.info("DatasetCache sources: %s", sources.describe())
     kube = CountingKubeClient(load_config(args.kubeconfig), user_agent="trainguard-controller")
     controller = Controller(
         kube,
         Settings(workers=args.workers, namespace=args.namespace, cache_agent_image=args.cache_agent_image,
-                 watch_podgroups=not args.no_podgroups,
+                 watch_podgroups=not args.no_podgroups, dataset_cache_sources=sources,
                  snapshot_namespace=(args.snapshot_namespace or os.environ.get("POD_NAMESPACE")
                                      or args.leader_elect_namespace or "trainguard-system")),
         metrics,

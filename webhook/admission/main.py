@@ -19,8 +19,10 @@ import logging
 import re
 import signal
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 from aiohttp import web
 
@@ -40,9 +42,12 @@ from webhook.admission.server import (
 )
 from webhook.admission.tls import CertDirWatcher, ServingCertificate
 from webhook.cli import Run
+from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
 from webhook.kube.client import KubeClient
 from webhook.kube.config import load_config
 from webhook.kube.snapshot import ClusterCaches
+from webhook.policy.dataset_cache import DatasetCacheSources
+from webhook.policy.verdict import ClusterSnapshot
 
 log = logging.getLogger("trainguard.admission")
 
@@ -85,6 +90,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                      help="an exception inside a policy: deny (AdmissionReview error, code 500) or allow with a warning")
     pol.add_argument("--policy-module", default=DEFAULT_POLICY_MODULE,
                      help="module providing the six policy functions (default webhook.policy.pipeline; for tests and extensions)")
+    add_dataset_cache_source_flags(parser)
 
     certs = parser.add_argument_group("certificates")
     certs.add_argument("--cert-dir", default=None, help="use tls.crt/tls.key provided here (e.g. cert-manager); only watched, never written")
@@ -194,7 +200,7 @@ async def serve(args: argparse.Namespace) -> int:
             background.append(asyncio.create_task(rotator.run()))
 
         handler = AdmissionHandler(
-            routes, caches.snapshot, metrics,
+            routes, with_dataset_cache_sources(caches.snapshot, dataset_cache_sources(args)), metrics,
             ServerSettings(
                 max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
                 on_policy_error=args.on_policy_error,
@@ -215,6 +221,22 @@ async def serve(args: argparse.Namespace) -> int:
             await runner.cleanup()
         await caches.stop()
         await kube.close()
+
+
+def with_dataset_cache_sources(
+    snapshot: Callable[[], ClusterSnapshot], sources: DatasetCacheSources,
+) -> Callable[[], ClusterSnapshot]:
+    """``snapshot`` with the admin's DatasetCache source setting (from flags, not from the cluster) filled in; the
+    copy is made once per cache change, not per request."""
+    last: list[ClusterSnapshot | None] = [None, None]
+
+    def current() -> ClusterSnapshot:
+        base = snapshot()
+        if base is not last[0]:
+            last[0], last[1] = base, replace(base, dataset_cache_sources=sources)
+        return last[1]  # type: ignore[return-value]
+
+    return current
 
 
 async def _stopped(stop: asyncio.Event, delay: float) -> bool:

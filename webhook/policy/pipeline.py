@@ -241,7 +241,9 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
 
 @checked("DatasetCache")
 def validate_dataset_cache(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """DatasetCache: what the CRD's CEL rules cannot check."""
+    """DatasetCache: what the CRD's CEL rules cannot check, and whether the admin allows its source."""
     if not _admits(review):
         return Verdict.allow()
-    return _decide(dataset_cache.dataset_cache_errors(review.obj), [], CACHE_OBJECT)
+    source_errors, warnings = dataset_cache.source_findings(
+        review.obj, review.old_obj, snapshot.dataset_cache_sources)
+    return _decide(dataset_cache.dataset_cache_errors(review.obj) + source_errors, warnings, CACHE_OBJECT)

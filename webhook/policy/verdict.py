@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping
 
+from webhook.policy.dataset_cache import DatasetCacheSources
+
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 Object = dict[str, Any]
 
@@ -34,6 +36,9 @@ class ClusterSnapshot:
     jobsets: Mapping[tuple[str, str], Object] = field(default_factory=dict)
     # names of PriorityClasses, for the Volcano priorityClassName rule
     priority_classes: frozenset[str] = frozenset()
+    # Where DatasetCaches may read from: the admin's setting (webhook flags), not a watched object, so no namespace
+    # user can write it. The default refuses every hostPath source.
+    dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()
 
 
 @dataclass(frozen=True)

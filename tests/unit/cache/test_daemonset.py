@@ -15,6 +15,7 @@ from controller.cache.daemonset import (
     ANNOTATION_SHARDS,
     GPU_TOLERATION,
     DatasetCacheSpecError,
+    SourceNotAllowed,
     agent_name,
     build_agent_rbac,
     build_daemonset,
@@ -22,8 +23,11 @@ from controller.cache.daemonset import (
     selector_labels,
 )
 from webhook.api.trainguard import DatasetCache
+from webhook.policy.dataset_cache import DatasetCacheSources
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+# The admin's setting these caches are built under: hostPaths below /mnt/datasets, PVCs allowed.
+ALLOWED = DatasetCacheSources.of(["/mnt/datasets"])
 
 
 def cache(**spec: Any) -> dict:
@@ -47,7 +51,7 @@ def pod_spec(ds: dict) -> dict:
 
 
 def test_hostpath_cache_builds_a_locked_down_agent() -> None:
-    ds = build_daemonset(cache(), image="ghcr.io/acme/trainguard:1.0")
+    ds = build_daemonset(cache(), image="ghcr.io/acme/trainguard:1.0", sources=ALLOWED)
     assert ds["metadata"]["name"] == "trainguard-cache-imagenet" and ds["metadata"]["namespace"] == "team-a"
     assert ds["metadata"]["ownerReferences"] == [{
         "apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", "name": "imagenet", "uid": "uid-1",
@@ -60,6 +64,7 @@ def test_hostpath_cache_builds_a_locked_down_agent() -> None:
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["data"]["readOnly"] is True and not mounts["socket"].get("readOnly")
+    assert mounts["data"]["recursiveReadOnly"] == "IfPossible"  # submounts below the data root stay read-only
     volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
     assert volumes["data"]["hostPath"] == {"path": "/mnt/datasets/imagenet", "type": "Directory"}
     assert volumes["socket"]["hostPath"]["path"] == "/var/run/trainguard/cache/team-a/imagenet"
@@ -80,7 +85,7 @@ def test_hostpath_cache_builds_a_locked_down_agent() -> None:
 def test_pvc_source_mounts_read_only_with_sub_path_as_root() -> None:
     ds = build_daemonset(
         cache(source={"persistentVolumeClaim": {"claimName": "datasets", "path": "imagenet/v2"}, "shards": "*.bin"}),
-        image="img",
+        image="img", sources=ALLOWED,
     )
     volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
@@ -101,23 +106,24 @@ def test_pvc_source_mounts_read_only_with_sub_path_as_root() -> None:
     ],
 )
 def test_optional_scheduling_fields(spec: dict, key: str, expected: Any) -> None:
-    assert pod_spec(build_daemonset(cache(**spec), image="img"))[key] == expected
+    assert pod_spec(build_daemonset(cache(**spec), image="img", sources=ALLOWED))[key] == expected
 
 
 def test_model_and_dict_build_the_same() -> None:
     wire = cache(nodeSelector={"a": "b"})
-    assert build_daemonset(DatasetCache.parse(wire), image="img") == build_daemonset(wire, image="img")
+    model = DatasetCache.parse(wire)
+    assert build_daemonset(model, image="img", sources=ALLOWED) == build_daemonset(wire, image="img", sources=ALLOWED)
 
 
 def test_build_is_deterministic_and_does_not_touch_its_input() -> None:
     wire = cache()
     before = copy.deepcopy(wire)
-    assert build_daemonset(wire, image="img") == build_daemonset(wire, image="img")
+    assert build_daemonset(wire, image="img", sources=ALLOWED) == build_daemonset(wire, image="img", sources=ALLOWED)
     assert wire == before
 
 
 def test_report_to_pod_off_drops_the_token() -> None:
-    ds = build_daemonset(cache(), image="img", report_to_pod=False)
+    ds = build_daemonset(cache(), image="img", sources=ALLOWED, report_to_pod=False)
     assert pod_spec(ds)["automountServiceAccountToken"] is False
     assert "--report-to-pod" not in agent_container(ds)["args"]
 
@@ -130,6 +136,7 @@ def test_report_to_pod_off_drops_the_token() -> None:
         (lambda c: c["spec"]["source"].update(persistentVolumeClaim={"claimName": "x"}), "exactly one"),
         (lambda c: c["spec"]["source"].pop("hostPath"), "exactly one"),
         (lambda c: c["spec"]["source"].update(hostPath={"path": "relative"}), "absolute"),
+        (lambda c: c["spec"]["source"].update(hostPath={"path": "/mnt/datasets/../../etc"}), r"'\.\.'"),
         (lambda c: c["spec"]["source"].update(shards="../*"), "relative glob"),
         (lambda c: c["metadata"].pop("namespace"), "namespace"),
         (lambda c: c["spec"].pop("memoryBudget"), "DatasetCache"),
@@ -139,7 +146,31 @@ def test_unbuildable_caches_are_refused(mutate: Any, message: str) -> None:
     wire = cache()
     mutate(wire)
     with pytest.raises(DatasetCacheSpecError, match=message):
-        build_daemonset(wire, image="img")
+        build_daemonset(wire, image="img", sources=ALLOWED)
+
+
+# --- the data volume under the admin's source setting (issue 10) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("source, sources, message", [
+    ({"hostPath": {"path": "/"}}, ALLOWED, "spec.source.hostPath.path: Invalid value: \"/\""),
+    ({"hostPath": {"path": "/mnt/datasets-evil"}}, ALLOWED, "/mnt/datasets"),
+    ({"hostPath": {"path": "/mnt/datasets/imagenet"}}, DatasetCacheSources(), "no hostPath roots"),
+    ({"persistentVolumeClaim": {"claimName": "data"}}, DatasetCacheSources.of(["/mnt"], False),
+     "spec.source.persistentVolumeClaim: Forbidden"),
+], ids=["root", "sibling-prefix", "nothing-configured", "pvc-refused"])
+def test_a_source_the_admin_does_not_allow_is_never_built(source: dict, sources: DatasetCacheSources,
+                                                          message: str) -> None:
+    with pytest.raises(SourceNotAllowed) as refused:
+        build_daemonset(cache(source={**source, "shards": "*"}), image="img", sources=sources)
+    assert message in str(refused.value)
+
+
+def test_the_mounted_host_path_is_the_cleaned_one_the_check_compared() -> None:
+    ds = build_daemonset(cache(source={"hostPath": {"path": "//mnt/./datasets//imagenet/"}, "shards": "*"}),
+                         image="img", sources=ALLOWED)
+    volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
+    assert volumes["data"]["hostPath"] == {"path": "/mnt/datasets/imagenet", "type": "Directory"}
 
 
 def test_long_names_stay_valid_label_values() -> None:

@@ -124,8 +124,9 @@ def test_socket_directory_refuses_path_tricks(namespace: str, name: str) -> None
 
 def test_socket_directory_matches_the_daemonset() -> None:
     from controller.cache.daemonset import build_daemonset
+    from webhook.policy.dataset_cache import DatasetCacheSources
 
     ds = build_daemonset({**CACHE, "spec": {"source": {"hostPath": {"path": "/d"}, "shards": "*"}, "memoryBudget": "1Gi"}},
-                         image="img")
+                         image="img", sources=DatasetCacheSources.of(["/d"]))
     socket_volume = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "socket")
     assert socket_volume["hostPath"]["path"] == socket_host_directory("team-a", "imagenet")

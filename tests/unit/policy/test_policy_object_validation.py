@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS, NOW, policy, runtime
+from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.policy.pipeline import validate_dataset_cache, validate_trainjob_policy
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
@@ -92,5 +93,6 @@ def test_update_of_itself_is_not_a_conflict():
 def test_dataset_cache_name(name, allowed):
     obj = {"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", "metadata": {"name": name, "namespace": "a"},
            "spec": {"source": {"hostPath": {"path": "/data"}, "shards": "*.arrow"}, "memoryBudget": "1Gi"}}
-    v = validate_dataset_cache(AdmissionInput("CREATE", obj, None, NOW), ClusterSnapshot())
+    allowed_data = ClusterSnapshot(dataset_cache_sources=DatasetCacheSources.of(["/data"]))  # the admin's setting
+    v = validate_dataset_cache(AdmissionInput("CREATE", obj, None, NOW), allowed_data)
     assert v.allowed is allowed
