@@ -8,7 +8,8 @@ Reusable by anyone who needs admission in an integration test (the policy tests 
         # carry the label admission.scope_label: {"trainguard.io/test-scope": namespace}
 
 * ``webhook_server`` (session): one ``trainguard webhook`` process on a free loopback port, certificates from a
-  temporary CA (``--cert-dir`` mode, SAN 127.0.0.1), the real policy pipeline, ready (``/readyz``) before use.
+  temporary CA (``--cert-dir`` mode, SAN 127.0.0.1), the real policy pipeline, ready (``/readyz``) before use;
+  DatasetCache hostPath sources allowed below ``/data``.
   ``.url_base``, ``.ca_pem``, ``.metrics()``, ``.log_tail()``.
 * ``admission`` (function): registers the Mutating/ValidatingWebhookConfigurations produced by
   ``webhook.admission.registration.webhook_configurations`` (URL + caBundle), narrowed to the test's namespace so
@@ -213,7 +214,8 @@ def unregister(cluster: Any, registered: Registered) -> None:
 
 @pytest.fixture(scope="session")
 def webhook_server(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
-    server = start_webhook(cluster, tmp_path_factory.mktemp("webhook"))
+    # As an admin would configure it: DatasetCaches may read below /data (hostPath sources are refused by default).
+    server = start_webhook(cluster, tmp_path_factory.mktemp("webhook"), extra=["--dataset-cache-allowed-host-path=/data"])
     try:
         yield server
     finally:

@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 
 from controller.cache.daemonset import build_agent_rbac, build_daemonset, compute_status
+from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, wire_dataset_cache
 
 
@@ -28,8 +29,12 @@ def test_daemonset_and_rbac_are_accepted(cluster, namespace: str) -> None:
     cache = _dataset_cache(cluster, namespace, {"hostPath": {"path": "/mnt/datasets/imagenet"}, "shards": "*.tar"})
     for obj in build_agent_rbac(cache):
         _create(cluster, obj)
-    created = _create(cluster, build_daemonset(cache, image="ghcr.io/acme/trainguard:0.1.0"))
+    allowed = DatasetCacheSources.of(["/mnt/datasets"])  # the admin's setting (no hostPath is allowed by default)
+    created = _create(cluster, build_daemonset(cache, image="ghcr.io/acme/trainguard:0.1.0", sources=allowed))
     pod = created["spec"]["template"]["spec"]
+    # The apiserver keeps the data mount recursively read-only (it drops fields it does not know).
+    data_mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "data")
+    assert (data_mount["readOnly"], data_mount["recursiveReadOnly"]) == (True, "IfPossible")
     assert created["metadata"]["ownerReferences"][0]["uid"] == cache["metadata"]["uid"]
     assert pod["containers"][0]["securityContext"]["runAsUser"] == 65532
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -46,7 +51,7 @@ def test_pvc_daemonset_is_accepted(cluster, namespace: str) -> None:
     cache = _dataset_cache(
         cluster, namespace, {"persistentVolumeClaim": {"claimName": "datasets", "path": "imagenet"}, "shards": "**/*"}
     )
-    created = _create(cluster, build_daemonset(cache, image="img:1", report_to_pod=False))
+    created = _create(cluster, build_daemonset(cache, image="img:1", sources=DatasetCacheSources(), report_to_pod=False))
     volumes = {v["name"]: v for v in created["spec"]["template"]["spec"]["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
 

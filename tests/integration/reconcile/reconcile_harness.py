@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -57,7 +57,7 @@ class ControllerProcess:
     snapshots unless ``snapshot_namespace`` names the controller's own namespace apart from the users')."""
 
     def __init__(self, kubeconfig: str, namespace: str, identity: str, log_dir: Path, *, workers: int = 4,
-                 leader_elect: bool = True, snapshot_namespace: str | None = None) -> None:
+                 leader_elect: bool = True, snapshot_namespace: str | None = None, extra: Sequence[str] = ()) -> None:
         self.identity = identity
         self.snapshot_namespace = snapshot_namespace or namespace
         self.port = free_port()
@@ -72,6 +72,7 @@ class ControllerProcess:
         ]
         if not leader_elect:
             self.args.append("--no-leader-elect")
+        self.args += list(extra)  # e.g. the admin's --dataset-cache-allowed-host-path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "ControllerProcess":

@@ -400,7 +400,8 @@ def test_dataset_cache_gets_its_agents_and_status(cluster, namespace, api, contr
         "apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", "metadata": {"name": "imagenet"},
         "spec": {"source": {"hostPath": {"path": "/mnt/datasets/imagenet"}, "shards": "train-*.tar"},
                  "memoryBudget": "8Gi"}}, ("trainguard.io", "v1alpha1"))
-    start(controllers, cluster, namespace, tmp_path)
+    # The admin allows hostPath sources below /mnt/datasets (none are allowed by default).
+    start(controllers, cluster, namespace, tmp_path, extra=["--dataset-cache-allowed-host-path=/mnt/datasets"])
     apps = client.AppsV1Api(api.core.api_client)
     ds = wait_for("agent DaemonSet", lambda: apps.read_namespaced_daemon_set("trainguard-cache-imagenet", namespace))
     assert ds.metadata.owner_references[0].kind == "DatasetCache"

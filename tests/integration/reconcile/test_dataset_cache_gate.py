@@ -62,7 +62,8 @@ def test_trainer_pods_wait_for_a_warm_cache(cluster, namespace, api, controllers
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "llm", "annotations": {DATASET_CACHE_ANNOTATION: "imagenet"}},
         "spec": {"runtimeRef": {"name": "torch-distributed", "kind": "TrainingRuntime"}}})
-    proc = ControllerProcess(cluster.kubeconfig, namespace, "a", tmp_path)
+    proc = ControllerProcess(cluster.kubeconfig, namespace, "a", tmp_path,
+                             extra=["--dataset-cache-allowed-host-path=/mnt/datasets"])  # the admin allows it
     controllers.append(proc)
     proc.start()
 
