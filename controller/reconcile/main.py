@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import uuid
+from typing import Any
 
 from webhook.cli import Run
 from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
@@ -130,31 +131,37 @@ async def serve_controller(args: argparse.Namespace) -> int:
             return 0
         log.info("caches synced")
         elector = LeaderElector(election, KubeLease(kube, election)) if election is not None else None
-        while True:
-            if elector is not None and not await elector.acquire(stop):
-                return 0
-            metrics.leader.set(1)
-            log.info("starting %d workers as %s", args.workers, identity)
-            controller.start_workers()
-            lost = await elector.keep(stop) if elector is not None else await _wait(stop)
-            if not lost:
-                break
-            # Another replica may be reconciling already: stop at once, do not finish in-flight work.
-            log.warning("leadership lost: cancelling in-flight reconciles, campaigning again")
-            await controller.abort_workers()
-            metrics.leader.set(0)
-            metrics.leadership_lost.inc()
-        log.info("stopping: finishing in-flight reconciles (at most %.0fs)", args.graceful_shutdown_timeout)
-        await controller.shutdown_workers(grace=args.graceful_shutdown_timeout)
-        metrics.leader.set(0)
-        if elector is not None:
-            await elector.release()
-        return 0
+        return await lead(controller, elector, stop, metrics, args.graceful_shutdown_timeout)
     finally:
         await controller.stop_caches()
         if runner is not None:
             await runner.cleanup()
         await kube.close()
+
+
+async def lead(controller: Any, elector: Any, stop: asyncio.Event, metrics: Metrics, grace: float) -> int:
+    """Reconcile while leading, until ``stop``: campaign (``elector``; None means leader election is off), run the
+    workers, and on a lost Lease cancel them at once and campaign again. Returns the exit status (0)."""
+    while True:
+        if elector is not None and not await elector.acquire(stop):
+            return 0
+        metrics.leader.set(1)
+        log.info("starting workers")
+        controller.start_workers()
+        lost = await elector.keep(stop) if elector is not None else await _wait(stop)
+        if not lost:
+            break
+        # Another replica may be reconciling already: stop at once, do not finish in-flight work.
+        log.warning("leadership lost: cancelling in-flight reconciles, campaigning again")
+        await controller.abort_workers()
+        metrics.leader.set(0)
+        metrics.leadership_lost.inc()
+    log.info("stopping: finishing in-flight reconciles (at most %.0fs)", grace)
+    await controller.shutdown_workers(grace=grace)
+    metrics.leader.set(0)
+    if elector is not None:
+        await elector.release()
+    return 0
 
 
 async def _wait(stop: asyncio.Event) -> bool:

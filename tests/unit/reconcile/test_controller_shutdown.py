@@ -102,3 +102,42 @@ async def test_leading_again_after_a_lost_lease_starts_from_every_object_in_the_
     await asyncio.sleep(0.05)
     assert seen[-1] == (TRAINJOB, "ns", "b")
     await c.shutdown_workers(grace=1)
+
+
+async def test_a_lost_lease_means_campaigning_again_not_exiting() -> None:
+    from controller.reconcile.main import lead
+
+    calls: list[str] = []
+    stop = asyncio.Event()
+
+    class Elector:
+        terms = 0
+
+        async def acquire(self, stop_: asyncio.Event) -> bool:
+            calls.append("acquire")
+            return True
+
+        async def keep(self, stop_: asyncio.Event) -> bool:
+            self.terms += 1
+            if self.terms == 1:
+                return True  # the renew deadline passed (an apiserver outage)
+            stop.set()  # second term: SIGTERM
+            return False
+
+        async def release(self) -> None:
+            calls.append("release")
+
+    class Workers:
+        def start_workers(self) -> None:
+            calls.append("start")
+
+        async def abort_workers(self) -> None:
+            calls.append("abort")
+
+        async def shutdown_workers(self, grace: float | None = None) -> None:
+            calls.append("shutdown")
+
+    metrics = Metrics()
+    assert await asyncio.wait_for(lead(Workers(), Elector(), stop, metrics, 1.0), 5) == 0
+    assert calls == ["acquire", "start", "abort", "acquire", "start", "shutdown", "release"]
+    assert metrics.leadership_lost._value.get() == 1 and metrics.leader._value.get() == 0
