@@ -12,6 +12,8 @@ hostile until it has sent a request. ``GatedSite`` replaces aiohttp's ``TCPSite`
   and a connection that has sent a request (the apiserver's kept-alive ones) is never evicted;
 * does the **TLS handshake itself** under ``tls_handshake_timeout`` (asyncio's default is 60 s) and a short
   ``tls_shutdown_timeout`` (default 30 s: a peer that never answers close_notify kept its slot that long);
+* creates **no TLS object until the client speaks**: a socket that connects and sends nothing costs a transport and
+  a timer (closed at ``tls_handshake_timeout`` like a stalled handshake); the TLS layer starts on its first bytes;
 * gives each connection a **small TLS read buffer**: asyncio's ``SSLProtocol`` allocates a 256 KiB ``bytearray``
   per connection at construction, which was most of the ~0.3 MB an idle connection cost. A TLS record carries at
   most 16 KiB of plaintext, so a 16 KiB buffer reads one record per call;
@@ -84,10 +86,11 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
 
 async def _start_tls(
     loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, protocol: asyncio.BaseProtocol,
-    context: ssl.SSLContext, limits: ConnectionLimits,
+    context: ssl.SSLContext, limits: ConnectionLimits, first: bytes = b"",
 ) -> asyncio.Transport:
-    """``loop.start_tls(server_side=True)`` with ``_LeanSSLProtocol`` (the stdlib offers no way to pick the class).
-    Same steps as CPython 3.11-3.13's ``BaseEventLoop.start_tls``."""
+    """``loop.start_tls(server_side=True)`` with ``_LeanSSLProtocol`` (the stdlib offers no way to pick the class),
+    fed ``first``, the bytes already read from the client. Same steps as CPython 3.11-3.13's
+    ``BaseEventLoop.start_tls``."""
     waiter = loop.create_future()
     ssl_protocol = _LeanSSLProtocol(
         loop, protocol, context, waiter, server_side=True, server_hostname=None, call_connection_made=False,
@@ -96,12 +99,24 @@ async def _start_tls(
     transport.pause_reading()
     transport.set_protocol(ssl_protocol)
     made = loop.call_soon(ssl_protocol.connection_made, transport)
+
+    def feed() -> None:
+        view = memoryview(first)
+        while view:
+            buf = ssl_protocol.get_buffer(len(view))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            ssl_protocol.buffer_updated(n)
+            view = view[n:]
+
+    fed = loop.call_soon(feed)
     resume = loop.call_soon(transport.resume_reading)
     try:
         await waiter
     except BaseException:
         transport.close()
         made.cancel()
+        fed.cancel()
         resume.cancel()
         raise
     return ssl_protocol._app_transport  # type: ignore[no-any-return]
@@ -164,12 +179,12 @@ class ConnectionGate:
         if self._metrics is not None:
             self._metrics.open.labels(self.listener).set(self.open)
 
-    def _spawn_handshake(self, transport: asyncio.Transport) -> None:
-        task = asyncio.get_running_loop().create_task(self._handshake(transport))
+    def _spawn_handshake(self, transport: asyncio.Transport, first: bytes = b"") -> None:
+        task = asyncio.get_running_loop().create_task(self._handshake(transport, first))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
 
-    async def _handshake(self, transport: asyncio.Transport) -> None:
+    async def _handshake(self, transport: asyncio.Transport, first: bytes = b"") -> None:
         conn = _Connection(self, transport)
         loop = asyncio.get_running_loop()
         if transport.is_closing():  # evicted before its handshake began
@@ -180,7 +195,7 @@ class ConnectionGate:
                 transport.set_protocol(conn)
                 tls: asyncio.Transport = transport
             else:
-                tls = await _start_tls(loop, transport, conn, self.ssl_context, self.limits)
+                tls = await _start_tls(loop, transport, conn, self.ssl_context, self.limits, first)
         except asyncio.CancelledError:
             transport.abort()
             self._release(transport)
@@ -201,19 +216,49 @@ class ConnectionGate:
 
 
 class _Accepted(asyncio.Protocol):
-    """A freshly accepted TCP connection: over the cap it is aborted here; otherwise it waits (not reading) for its
-    TLS handshake, which replaces this protocol."""
+    """A freshly accepted TCP connection: past the cap it is aborted (or evicts an older one) here; otherwise, on a
+    TLS listener, it waits for the client's first bytes, then the TLS handshake replaces this protocol."""
 
     def __init__(self, gate: ConnectionGate) -> None:
         self.gate = gate
+        self.transport: asyncio.Transport | None = None
+        self._silence: asyncio.TimerHandle | None = None
+        self._handed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         if not self.gate._admit(transport):
             transport.abort()
             return
-        transport.pause_reading()
-        self.gate._spawn_handshake(transport)
+        self.transport = transport
+        if self.gate.ssl_context is None:
+            self._hand_over(b"")
+            return
+        self._silence = asyncio.get_running_loop().call_later(self.gate.limits.tls_handshake_timeout, self._silent)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._handed:
+            self._hand_over(data)
+
+    def _hand_over(self, first: bytes) -> None:
+        assert self.transport is not None
+        self._handed = True
+        if self._silence is not None:
+            self._silence.cancel()
+        self.transport.pause_reading()
+        self.gate._spawn_handshake(self.transport, first)
+
+    def _silent(self) -> None:
+        if not self._handed and self.transport is not None:
+            self.gate.closed("tls_handshake")
+            self.transport.abort()  # connection_lost below releases the slot
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+        if not self._handed and self.transport is not None:
+            self._handed = True  # released once
+            self.gate._release(self.transport)
 
 
 class _Connection(asyncio.Protocol):
