@@ -407,15 +407,7 @@ class CacheAgent:
         self.metrics.unread_fds.set(self._unread_total)
 
     def _discharge(self, connection: "_Connection") -> None:
-        count, connection.unread = connection.unread, 0
-        key = connection.peer.key
-        left = self._unread_by_peer.get(key, 0) - count
-        if left > 0:
-            self._unread_by_peer[key] = left
-        else:
-            self._unread_by_peer.pop(key, None)
-        self._unread_total -= count
-        self.metrics.unread_fds.set(self._unread_total)
+        self._uncharge(connection, connection.unread)
 
     def _room_for_fds(self, connection: "_Connection") -> bool:
         """Whether ``connection`` may be answered now: the largest reply (``MAX_OPEN_BATCH`` descriptors) must fit
