@@ -1,5 +1,9 @@
 """Fuzz the in-process admission app: arbitrary JSON and mutated real reviews never produce a 5xx or an exception.
 
+Two fuzzers: one drives the server with fake policies (the server's own parsing and answers); the other puts the
+real pipeline behind it with the project's real policies, runtimes and DatasetCache (``tests/unit/policy/
+real_world.py``) and sends hostile variants of real objects, asserting no AdmissionReview code 500 either.
+
 Budgets are fixed and the runs derandomized, so CI sees the same cases every time (raise them locally with
 ``--hypothesis-profile`` if you want more). "Unhandled exception" is detected from the server's own error log:
 aiohttp logs any exception escaping a handler at ERROR on ``aiohttp.server``/``aiohttp.web``.
@@ -10,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import random
 from typing import Any
 
 import pytest
@@ -23,6 +28,8 @@ from webhook.admission.server import AdmissionHandler, ServerSettings
 from webhook.policy.verdict import ClusterSnapshot
 
 from reviews import fake_routes, review
+from tests.unit.policy import real_world
+from webhook.admission.routes import bind_routes
 
 PATHS = [r.path for r in ROUTES]
 
@@ -140,3 +147,53 @@ async def test_fuzz_never_5xx(strategy, errors: ErrorCollector) -> None:
     assert errors.records == []
     # Both answer kinds occur: the fuzzer reaches the policies, not only the parser.
     assert 200 in seen and 400 in seen
+
+
+# --- the real pipeline behind the server ------------------------------------------------------------------------
+
+REAL_CASES = 1500
+ROUTE_OF = {(r.kind, r.mutating): r.path for r in ROUTES}
+
+
+def real_reviews() -> list[tuple[str, bytes]]:
+    """Hostile variants of the real objects (``tests/unit/policy/real_world.py``), as the apiserver would send them
+    to the webhook of their kind: CREATE and UPDATE (old = the object as stored), TrainJobs to both webhooks."""
+    rng = random.Random(11)
+    kinds = sorted(real_world.OBJECTS)
+    out = []
+    for i in range(REAL_CASES):
+        kind = kinds[i % len(kinds)]
+        base = rng.choice(real_world.OBJECTS[kind])
+        operation = rng.choice(["CREATE", "UPDATE"])
+        path = ROUTE_OF[(kind, kind == "TrainJob" and rng.random() < 0.5)]
+        body = review(path, copy.deepcopy(base), operation=operation,
+                      old=copy.deepcopy(base) if operation == "UPDATE" else None)
+        body["request"]["object"] = real_world.mutate_once(base, rng)
+        out.append((path, json.dumps(body).encode()))
+    return out
+
+
+async def test_fuzz_real_pipeline_over_http_never_answers_an_internal_error(errors: ErrorCollector) -> None:
+    """The project's own policies, runtimes and DatasetCache behind the real server: every malformed spec is a
+    denial (403 with a message), never an AdmissionReview code 500 from an exception inside a policy."""
+    handler = AdmissionHandler(bind_routes(), real_world.snapshot, AdmissionMetrics(),
+                               ServerSettings(max_body_bytes=8 * 1024 * 1024))
+    client = TestClient(TestServer(handler.app()))
+    await client.start_server()
+    codes: dict[int | None, int] = {}
+    try:
+        for path, body in real_reviews():
+            resp = await client.post(path, data=body, headers={"Content-Type": "application/json"})
+            text = await resp.text()
+            _check(resp.status, text)
+            assert resp.status == 200, text
+            response = json.loads(text)["response"]
+            code = (response.get("status") or {}).get("code")
+            assert code != 500, (path, response, body[:3000])
+            if not response["allowed"]:
+                assert code == 403 and response["status"]["message"], response
+            codes[code] = codes.get(code, 0) + 1
+    finally:
+        await client.close()
+    assert errors.records == []
+    assert codes.get(None, 0) > REAL_CASES // 10 and codes.get(403, 0) > REAL_CASES // 4, codes
