@@ -29,8 +29,9 @@ a uid):
   the newcomer's would, and that connection has nothing in progress (its client reconnects transparently on its
   next request: every request is idempotent); otherwise the newcomer is answered ``Busy``, which the client
   retries with backoff.
-* time: a frame, once begun, must complete within ``frame_timeout``; a connection with no traffic for
-  ``idle_timeout`` is closed, whether idle or stalled (a client that stopped reading its replies).
+* time: a frame, once begun, must complete within ``frame_timeout``; a connection that neither sent a byte nor
+  took a whole reply for ``idle_timeout`` is closed, whether idle or stalled (a client that stopped reading its
+  replies, or reads them a trickle at a time).
 * descriptors in flight: SCM_RIGHTS descriptors sent but not yet received are charged by the kernel to the
   *sender's* user (``unix_inflight``), and once that count exceeds the sender's RLIMIT_NOFILE every further send of
   descriptors by any process of that user fails with ETOOMANYREFS. The count is not released when the sender
@@ -930,12 +931,12 @@ class _Connection:
                 self.close()
                 return
             if sent:
-                self.last_active = self.loop.time()
                 if fds:
                     self.agent._charge(self, len(fds))
                 _close_all(fds)
                 fds = []
             if sent == len(data):
+                self.last_active = self.loop.time()  # a whole reply taken; trickling reads do not keep a slot
                 if self.closing:
                     self.close()
                 return
@@ -962,7 +963,6 @@ class _Connection:
                 self.close()
                 return
             if sent:
-                self.last_active = self.loop.time()
                 if fds:
                     self.agent._charge(self, len(fds))
                 _close_all(fds)
@@ -971,6 +971,7 @@ class _Connection:
                 self.outbox[0] = (data[sent:], fds)
                 return
             self.outbox.popleft()
+            self.last_active = self.loop.time()
         self.loop.remove_writer(self.fileno)
         self.writing = False
         if self.closing:
