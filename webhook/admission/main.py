@@ -8,6 +8,11 @@ Startup order, so that nothing is served half-ready:
    only watched); the HTTPS port opens only once a certificate is loaded;
 4. the HTTPS port.
 
+Before any of it: the soft open-files limit is raised to the hard limit (both logged), the admission port's
+connection cap is lowered to fit what that leaves, warnings and the event loop's errors are rate-limited, and glibc
+is told to return large blocks to the system (``process.py``, ``ratelimit.py``). Both ports are ``GatedSite``
+listeners (``connections.py``): a connection cap, TLS handshake and request-head deadlines.
+
 SIGTERM/SIGINT stop accepting, finish in-flight reviews, then exit 0.
 """
 
@@ -26,14 +31,27 @@ from typing import Callable
 
 from aiohttp import web
 
+from webhook.admission.budget import DEFAULT_BODY_BUDGET_BYTES, BudgetSettings
 from webhook.admission.certs import Lifetimes, service_dns_names
+from webhook.admission.connections import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+    ConnectionLimits,
+    ConnectionMetrics,
+    GatedSite,
+)
 from webhook.admission.logs import configure_logging
 from webhook.admission.metrics import AdmissionMetrics
+from webhook.admission.process import MemoryReturner, connection_cap, raise_nofile_limit
+from webhook.admission.ratelimit import DEFAULT_LOG_INTERVAL, RateLimitedFilter, RateLimiter, rate_limited_exception_handler
 from webhook.admission.rotator import RotatorSettings, SecretRotator
 from webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
 from webhook.admission.server import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_POLICY_TIMEOUT,
+    DEFAULT_POLICY_WORKERS,
     DEFAULT_READ_TIMEOUT,
     AdmissionHandler,
     Readiness,
@@ -81,6 +99,18 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     net.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger reviews get HTTP 413 (default 8 MiB)")
     net.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT, help="seconds to receive a body, else 408 (default 10)")
     net.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, help="close connections idle this long (default 120 s)")
+    net.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                     help="admission connections open at once; at the cap a new one replaces the oldest that has not sent a "
+                          "request, or is closed at accept, before TLS (default 1024; lowered to fit the open-files limit)")
+    net.add_argument("--tls-handshake-timeout", type=float, default=DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+                     help="seconds for a client to finish the TLS handshake (default 5)")
+    net.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                     help="seconds for a complete request head, from the handshake or the next request's first byte (default 10)")
+    net.add_argument("--body-budget-bytes", type=int, default=DEFAULT_BODY_BUDGET_BYTES,
+                     help="bytes of request bodies held at once; a review that cannot get its share in --read-timeout gets "
+                          "503 (default 32 MiB; bodies over 1 MiB share 75%% of it)")
+    net.add_argument("--health-max-connections", type=int, default=HEALTH_MAX_CONNECTIONS,
+                     help="connections open at once on the health port (default 128)")
 
     kube = parser.add_argument_group("cluster")
     kube.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
@@ -88,6 +118,10 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     pol = parser.add_argument_group("policy")
     pol.add_argument("--on-policy-error", choices=["deny", "allow"], default="deny",
                      help="an exception inside a policy: deny (AdmissionReview error, code 500) or allow with a warning")
+    pol.add_argument("--policy-timeout", type=float, default=DEFAULT_POLICY_TIMEOUT,
+                     help="seconds one review's policy work may take; then it is answered as a policy error (default 3)")
+    pol.add_argument("--policy-workers", type=int, default=DEFAULT_POLICY_WORKERS,
+                     help="threads running policy work off the event loop (default 4)")
     pol.add_argument("--policy-module", default=DEFAULT_POLICY_MODULE,
                      help="module providing the six policy functions (default webhook.policy.pipeline; for tests and extensions)")
     add_dataset_cache_source_flags(parser)
@@ -110,9 +144,19 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     certs.add_argument("--validating-configuration", default="trainguard-validating", help="ValidatingWebhookConfiguration to inject the CA into ('' = none)")
 
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-rate-interval", type=float, default=DEFAULT_LOG_INTERVAL,
+                        help="at most one warning/error line of a kind per this many seconds, with a count of those left out "
+                             "(default 10; 0 = no limit)")
 
     def run(args: argparse.Namespace) -> int:
         configure_logging(args.log_level)
+        limiter = RateLimiter(args.log_rate_interval)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(RateLimitedFilter(limiter))
+        nofile = raise_nofile_limit()
+        args.max_connections = connection_cap(args.max_connections, nofile.soft)
+        log.info("open-files limit", extra={"soft_before": nofile.soft_before, "soft": nofile.soft, "hard": nofile.hard,
+                                            "max_connections": args.max_connections})
         try:
             return asyncio.run(serve(args))
         except StartupError as e:
@@ -126,13 +170,32 @@ class StartupError(Exception):
     pass
 
 
+HEALTH_MAX_CONNECTIONS = 128
+# How often to look whether a burst of connections or bodies has passed, to hand freed memory back.
+MEMORY_CHECK_INTERVAL = 15.0
+
+
 async def serve(args: argparse.Namespace) -> int:
     try:
         routes = bind_routes(args.policy_module)
     except (ImportError, LookupError) as e:
         raise StartupError(f"policy module {args.policy_module}: {e}") from e
+    try:
+        limits = ConnectionLimits(args.max_connections, args.tls_handshake_timeout, args.header_timeout)
+        health_limits = ConnectionLimits(args.health_max_connections, args.tls_handshake_timeout, args.header_timeout)
+        settings = ServerSettings(
+            max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
+            on_policy_error=args.on_policy_error, policy_timeout=args.policy_timeout, policy_workers=args.policy_workers,
+            body_budget=BudgetSettings(total_bytes=args.body_budget_bytes),
+        )
+    except ValueError as e:
+        raise StartupError(str(e)) from e
+    asyncio.get_running_loop().set_exception_handler(rate_limited_exception_handler(RateLimiter(args.log_rate_interval)))
+    memory = MemoryReturner()
+    memory.fix_mmap_threshold()
 
     metrics = AdmissionMetrics()
+    connection_metrics = ConnectionMetrics(metrics.registry)
 
     def on_reload(leaf) -> None:  # type: ignore[no-untyped-def]
         metrics.cert_reloads.inc()
@@ -157,7 +220,8 @@ async def serve(args: argparse.Namespace) -> int:
         health = web.AppRunner(health_app(Readiness(lambda: serving.loaded, caches.sync_state), metrics), access_log=None)
         await health.setup()
         runners.append(health)
-        await web.TCPSite(health, args.bind_address, args.health_port).start()
+        await GatedSite(health, args.bind_address, args.health_port, ssl_context=None, limits=health_limits,
+                        metrics=connection_metrics, listener="health").start()
         caches.start()
 
         if args.cert_dir:
@@ -201,15 +265,15 @@ async def serve(args: argparse.Namespace) -> int:
 
         handler = AdmissionHandler(
             routes, with_dataset_cache_sources(caches.snapshot, dataset_cache_sources(args)), metrics,
-            ServerSettings(
-                max_body_bytes=args.max_body_bytes, read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
-                on_policy_error=args.on_policy_error,
-            ),
+            settings,
         )
         https = handler.runner()
         await https.setup()
         runners.insert(0, https)
-        await web.TCPSite(https, args.bind_address, args.port, ssl_context=serving.context, backlog=512).start()
+        site = GatedSite(https, args.bind_address, args.port, ssl_context=serving.context, limits=limits,
+                         metrics=connection_metrics, listener="admission", backlog=512)
+        await site.start()
+        background.append(asyncio.create_task(_return_memory(memory, site, handler)))
         log.info("serving admission webhooks", extra={"port": args.port, "health_port": args.health_port, "paths": sorted(routes)})
         await stop.wait()
         log.info("shutting down")
@@ -237,6 +301,16 @@ def with_dataset_cache_sources(
         return last[1]  # type: ignore[return-value]
 
     return current
+
+
+async def _return_memory(memory: MemoryReturner, site: GatedSite, handler: AdmissionHandler) -> None:
+    """After a burst (many connections gone, or megabytes of bodies held and released), trim the heap."""
+    while True:
+        await asyncio.sleep(MEMORY_CHECK_INTERVAL)
+        connections_gone = site.gate.take_peak() - site.gate.open
+        bodies_held = handler.budget.take_peak()
+        if connections_gone >= 32 or bodies_held >= 4 * 1024 * 1024:
+            memory.trim()
 
 
 async def _stopped(stop: asyncio.Event, delay: float) -> bool:
