@@ -48,6 +48,7 @@ DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_TLS_HANDSHAKE_TIMEOUT = 5.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_TLS_SHUTDOWN_TIMEOUT = 5.0
+EVICTION_OVERSHOOT = 64
 # One TLS record's worth of plaintext (2^14) per read.
 TLS_READ_BUFFER = 16 * 1024
 
@@ -154,7 +155,9 @@ class ConnectionGate:
 
     def _admit(self, transport: asyncio.Transport) -> bool:
         if self.open >= self.limits.max_connections:
-            if not self._unproven:
+            # An evicted connection keeps its descriptor until the loop runs its connection_lost: under a flood of
+            # accepts, refuse rather than evict past a small overshoot (the fd reserve in process.py covers it).
+            if not self._unproven or self.open >= self.limits.max_connections + EVICTION_OVERSHOOT:
                 self.closed("over_limit")
                 return False
             oldest = next(iter(self._unproven))

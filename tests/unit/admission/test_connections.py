@@ -253,3 +253,24 @@ async def test_tls_connections_read_through_a_small_buffer(monkeypatch: pytest.M
 def test_limits_are_validated(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConnectionLimits(**kwargs)
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.aborted = False
+
+    def abort(self) -> None:  # the real one calls connection_lost on a later loop iteration; here: never
+        self.aborted = True
+
+
+def test_evictions_stop_at_a_bounded_overshoot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evicted sockets hold their descriptors until the loop gets to them: a flood of accepts is refused, not
+    allowed to evict without bound."""
+    monkeypatch.setattr(connections, "EVICTION_OVERSHOOT", 1)
+    gate = connections.ConnectionGate(lambda: None, None, ConnectionLimits(max_connections=2))  # type: ignore[arg-type,return-value]
+    t = [_FakeTransport() for _ in range(4)]
+    assert gate._admit(t[0]) and gate._admit(t[1])  # type: ignore[arg-type]
+    assert gate._admit(t[2]) and t[0].aborted and gate.open == 3  # type: ignore[arg-type]
+    assert not gate._admit(t[3]) and not t[1].aborted  # type: ignore[arg-type]
+    gate._release(t[0])  # type: ignore[arg-type]
+    assert gate.open == 2
