@@ -403,3 +403,71 @@ def test_only_peers_in_the_socket_group_are_served(public_dir: Path, start_agent
     assert in_child(open_shard, uid=0, gid=0, groups=[]) == "Forbidden"
     assert in_child(open_shard, uid=0, gid=0, groups=[SOCKET_GID]) is True
     assert agent.agent.metrics.errors.labels("Forbidden")._value.get() == 2  # the two root connections
+
+
+@needs_root
+def test_quota_exhausted_by_another_process_of_the_agents_uid_is_answered_busy_and_retried(public_dir: Path) -> None:
+    """The residual risk the agent cannot bound: another process running as the agent's UID holds the kernel's
+    in-flight count above RLIMIT_NOFILE. The agent answers Busy (not a dropped connection), the client backs off,
+    and it is served once that process lets go."""
+    names = many_shards(public_dir / "data", 4)
+    sock_dir = public_dir / "sock"
+    sock_dir.mkdir()
+    os.chown(sock_dir, OTHER_UID, OTHER_UID)
+    config = AgentConfig(root=str(public_dir / "data"), socket_path=str(sock_dir / "agent.sock"), http_port=None,
+                         maintain_interval=None, rescan_interval=3600.0, memory_budget=1 << 30, socket_group=0)
+    agent_pid = serve_agent_as(config, uid=OTHER_UID, groups=[0], nofile=1024)
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    hog = os.fork()
+    if hog == 0:  # pragma: no cover - the child: fill the UID's in-flight count, hold it until told
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+            _become(OTHER_UID, OTHER_UID, [])
+            sender, receiver = socket.socketpair()
+            sender.setblocking(False)
+            fd = os.open("/dev/null", os.O_RDONLY)
+            with contextlib.suppress(OSError):
+                while True:
+                    socket.send_fds(sender, [b"x"], [fd] * 64)
+            os.write(ready_w, b"1")
+            os.read(go_r, 1)
+            receiver.close()  # the queued descriptors are discarded: the count drops
+            os.write(ready_w, b"2")
+            os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert wait_until(lambda: os.path.exists(config.socket_path))
+        assert os.read(ready_r, 1) == b"1"
+
+        def client_run() -> dict:
+            client = CacheClient(config.socket_path, busy_timeout=0, reconnect_timeout=0.5)
+            try:
+                client.open(names[0]).close()
+                first = "served"
+            except CacheError as exc:
+                first = exc.code
+            except CacheUnavailable:  # the connection dropped instead of an answer
+                first = "unavailable"
+            client.close()
+            client = CacheClient(config.socket_path, busy_timeout=20)
+            started = time.monotonic()
+            with client.open(names[0]) as shard:
+                size = shard.size
+            return {"first": first, "size": size, "waited": time.monotonic() - started}
+
+        results: dict = {}
+        thread = threading.Thread(target=lambda: results.update(in_child(client_run)))
+        thread.start()
+        time.sleep(1.5)  # the client is backing off on Busy meanwhile
+        os.write(go_w, b"g")
+        assert os.read(ready_r, 1) == b"2"
+        thread.join(30)
+        assert results["first"] == "Busy" and results["size"] == 4096 and results["waited"] >= 1.0
+    finally:
+        with contextlib.suppress(OSError):
+            os.write(go_w, b"gg")
+        os.waitpid(hog, 0)
+        os.kill(agent_pid, signal.SIGTERM)
+        os.waitpid(agent_pid, 0)
