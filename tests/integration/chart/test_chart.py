@@ -122,6 +122,22 @@ def test_rendered_chart_is_accepted_by_the_apiserver(cluster: Cluster, namespace
     assert out.stdout.count("(server dry run)") == len(docs)
 
 
+MPI_RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainingRuntime",
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "mpi": {"numProcPerNode": 1, "mpiImplementation": "OpenMPI",
+                                            "sshAuthMountPath": "/root/.ssh", "runLauncherAsNode": False}},
+        "template": {"spec": {"replicatedJobs": [
+            {"name": "launcher", "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpioperator/openmpi:1"}]}}}}},
+            {"name": "node", "template": {
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpioperator/openmpi:1"}]}}}}},
+        ]}},
+    },
+}
+
 TRAINJOB_RUNTIME = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",
     "kind": "TrainingRuntime",
@@ -161,8 +177,15 @@ def test_controller_reconciles_with_only_its_chart_rbac(cluster: Cluster, namesp
     try:
         as_sa = f"system:serviceaccount:{namespace}:{sa}"
         must = [("create", "jobsets.jobset.x-k8s.io"), ("patch", "trainjobs.trainer.kubeflow.org/status"),
-                ("create", "secrets"), ("update", "leases.coordination.k8s.io")]
-        must_not = [("delete", "secrets"), ("patch", "secrets"), ("create", "pods"), ("get", "nodes"),
+                ("create", "secrets"), ("update", "leases.coordination.k8s.io"),
+                ("list", "trainjobpolicies.trainguard.io"), ("watch", "namespaces"),
+                ("delete", "configmaps")]  # runtime snapshots, in its own namespace
+        # Issue 10 item 10: no Secret anywhere can be read (create only, AlreadyExists meaning done); snapshots are
+        # deleted only in the controller's own namespace; nothing is "update"d but the Lease.
+        must_not = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("list", "secrets -A"),
+                    ("get", "secrets -n kube-system"), ("delete", "secrets"), ("patch", "secrets"),
+                    ("delete", "configmaps -n default"), ("update", "configmaps"), ("update", "trainjobs.trainer.kubeflow.org"),
+                    ("create", "pods"), ("get", "nodes"),
                     ("create", "clusterrolebindings"), ("*", "*"), ("update", "leases.coordination.k8s.io -n default")]
         for verb, what in must:
             out = cluster.kubectl("auth", "can-i", verb, *what.split(), "-n", namespace, "--as", as_sa, check=False)
@@ -177,6 +200,8 @@ def test_controller_reconciles_with_only_its_chart_rbac(cluster: Cluster, namesp
         kubeconfig = kubeconfig_for_token(cluster, token, tmp_path / "sa.kubeconfig")
         runtime = {**TRAINJOB_RUNTIME, "metadata": {"name": "plain", "namespace": namespace}}
         cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime))
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(MPI_RUNTIME | {
+            "metadata": {"name": "mpi", "namespace": namespace}}))
         controller = ControllerProcess(kubeconfig, namespace, "rbac-check", tmp_path).start()
         try:
             job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -190,7 +215,30 @@ def test_controller_reconciles_with_only_its_chart_rbac(cluster: Cluster, namesp
 
             js = wait_for("the JobSet built under the controller's own RBAC", jobset, timeout=60)
             assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
-            assert "Forbidden" not in controller.log_path.read_text(), controller.log_path.read_text()[-2000:]
+
+            # MPI still gets its SSH Secret though the controller cannot read Secrets: created once, and a
+            # reconcile that finds it existing (AlreadyExists) leaves it as it was.
+            mpi_job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                       "metadata": {"name": "rbac-mpi", "namespace": namespace},
+                       "spec": {"runtimeRef": {"name": "mpi", "kind": "TrainingRuntime"}, "trainer": {"numNodes": 2}}}
+            cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(mpi_job))
+
+            def secret() -> dict | None:
+                out = cluster.kubectl("get", "secret", "rbac-mpi-mpi-ssh-auth", "-n", namespace, "-o", "json", check=False)
+                return json.loads(out.stdout) if out.returncode == 0 else None
+
+            first = wait_for("the MPI SSH Secret", secret, timeout=60)
+            assert first["type"] == "kubernetes.io/ssh-auth"
+            wait_for("the MPI JobSet", lambda: cluster.kubectl("get", "jobset", "rbac-mpi", "-n", namespace,
+                                                               check=False).returncode == 0, timeout=60)
+            controller.terminate()
+            controller = ControllerProcess(kubeconfig, namespace, "rbac-check-2", tmp_path).start()
+            before = controller.reconciles()
+            cluster.kubectl("label", "trainjob", "rbac-mpi", "-n", namespace, "poke=1")
+            wait_for("a reconcile by a fresh controller", lambda: controller.reconciles() > before, timeout=60)
+            assert secret()["data"] == first["data"]
+            log = controller.log_path.read_text() + (tmp_path / "controller-rbac-check.log").read_text()
+            assert "Forbidden" not in log, log[-2000:]
         finally:
             controller.terminate()
     finally:
