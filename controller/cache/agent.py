@@ -834,6 +834,9 @@ class _Connection:
                     break
                 body = bytes(self.inbox[HEADER.size : end])
                 del self.inbox[:end]
+                if self.timer is not None:  # a frame completed: the deadline applies to the next one afresh
+                    self.timer.cancel()
+                    self.timer = None
                 answer = self.agent._answer_now(body, self.fields)
                 if answer is None:
                     self._pause_reading()

@@ -171,7 +171,7 @@ def test_256_idle_connections_from_one_process_leave_room_for_others(dataset: Pa
     finally:
         thread.join(30)
     # The attacker kept the per-peer cap, not every slot (the rest were refused Busy or displaced its own).
-    assert done == {"alive": config.max_connections_per_peer, "aliveAfter": config.max_connections_per_peer}
+    assert done["aliveAfter"] == config.max_connections_per_peer
 
 
 def test_a_newcomer_takes_a_slot_from_the_peer_holding_the_most(dataset: Path, start_agent: Any) -> None:
@@ -233,6 +233,30 @@ def test_stalled_reader_is_closed_after_the_idle_timeout(dataset: Path, start_ag
         while True:  # fill both directions and never read: the agent's outbox stays non-empty
             sock.send(frame * 256)
     assert wait_until(lambda: not agent.agent._connections, timeout=5)
+    sock.close()
+
+
+def test_frame_deadline_applies_to_each_frame_not_the_connection(dataset: Path, start_agent: Any) -> None:
+    """A slow sender is cut off when one frame takes longer than ``frame_timeout``, never because a series of
+    frames, each on time, runs longer than that (the deadline restarts with every frame)."""
+    agent = start_agent(dataset, frame_timeout=0.4)
+    sock = raw_connect(agent.config.socket_path)
+    frame = encode({"op": "ping"})
+    half = len(frame) // 2
+    sock.sendall(frame[:half])
+    for _ in range(8):  # 9 frames over 1.35 s, three times the deadline; each one completes in 0.15 s
+        time.sleep(0.15)
+        sock.sendall(frame[half:] + frame[:half])
+    time.sleep(0.15)
+    sock.sendall(frame[half:])
+    replies = b""
+    while len(replies) < 9 * len(encode({"ok": True, "dataset": "", "ready": False})):
+        chunk = sock.recv(65536)
+        assert chunk, "the agent cut off a sender whose every frame completed in time"
+        replies += chunk
+    sock.sendall(frame[:half])  # one frame left unfinished: cut off after the deadline
+    sock.settimeout(5)
+    assert sock.recv(1) == b""
     sock.close()
 
 
