@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
-from typing import Any
 
 import pytest
 
 from controller.cache import main as agent_main
 from controller.cache.daemonset import build_daemonset
+from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.runtime.dataset_cache import SOCKET_GROUP_ID, socket_host_directory, wire_dataset_cache
 
 from tests.unit.cache.test_wiring import CACHE, TRAINJOB, jobset, rjob
@@ -26,13 +25,7 @@ DATASET_CACHE = {
 
 
 def daemonset() -> dict:
-    # build_daemonset takes the admin's source setting where that check exists; a PVC source is allowed by it.
-    extra: dict[str, Any] = {}
-    if "sources" in inspect.signature(build_daemonset).parameters:
-        from webhook.policy.dataset_cache import DatasetCacheSources
-
-        extra["sources"] = DatasetCacheSources.of([])
-    return build_daemonset(DATASET_CACHE, image="img", **extra)
+    return build_daemonset(DATASET_CACHE, image="img", sources=DatasetCacheSources.of([]))  # PVCs allowed
 
 
 def parse_agent_args(args: list[str]) -> argparse.Namespace:
