@@ -188,6 +188,7 @@ class CacheAgent:
         self.unread_limit_peer = config.max_unread_fds_per_peer
         self.unread_limit_connection = config.max_unread_fds
         self.socket_gid = os.getegid() if config.socket_group is None else config.socket_group
+        self.metrics.unread_fds.set_function(lambda: self._unread_total)  # read at scrape time, not per request
         self._runner: web.AppRunner | None = None
         self._wake = asyncio.Event()
         self._maintain_lock = asyncio.Lock()
@@ -391,21 +392,19 @@ class CacheAgent:
     # -- descriptors in flight ---------------------------------------------------------------------------
     def _charge(self, connection: "_Connection", count: int) -> None:
         connection.unread += count
-        key = connection.peer.key
+        key = connection.key
         self._unread_by_peer[key] = self._unread_by_peer.get(key, 0) + count
         self._unread_total += count
-        self.metrics.unread_fds.set(self._unread_total)
 
     def _uncharge(self, connection: "_Connection", count: int) -> None:
         connection.unread -= count
-        key = connection.peer.key
+        key = connection.key
         left = self._unread_by_peer.get(key, 0) - count
         if left > 0:
             self._unread_by_peer[key] = left
         else:
             self._unread_by_peer.pop(key, None)
         self._unread_total -= count
-        self.metrics.unread_fds.set(self._unread_total)
 
     def _discharge(self, connection: "_Connection") -> None:
         self._uncharge(connection, connection.unread)
@@ -426,11 +425,10 @@ class CacheAgent:
         return self._fits(connection)
 
     def _fits(self, connection: "_Connection") -> bool:
-        need = MAX_OPEN_BATCH
         return (
-            connection.unread + need <= self.unread_limit_connection
-            and self._unread_by_peer.get(connection.peer.key, 0) + need <= self.unread_limit_peer
-            and self._unread_total + need <= self.unread_limit_total
+            connection.unread + MAX_OPEN_BATCH <= self.unread_limit_connection
+            and self._unread_total + MAX_OPEN_BATCH <= self.unread_limit_total
+            and self._unread_by_peer.get(connection.key, 0) + MAX_OPEN_BATCH <= self.unread_limit_peer
         )
 
     async def _sweep_loop(self) -> None:
@@ -703,6 +701,7 @@ class _Connection:
         self.loop = loop
         self.fileno = sock.fileno()
         self.peer = peer
+        self.key = peer.key
         self.fields = peer.fields  # for logs
         self.last_active = loop.time()
         self.unread = 0  # descriptors sent on this connection and possibly not yet received (an upper bound)
