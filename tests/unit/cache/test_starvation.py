@@ -377,6 +377,7 @@ def test_descriptors_unread_when_a_connection_is_closed_stay_charged_until_the_c
         readers.append(sock)
     assert wait_until(lambda: not agent.agent._connections and len(agent.agent._lingering) == 2, timeout=5)
     assert agent.agent._unread_total == 6
+    assert agent.agent.metrics.registry.get_sample_value("trainguard_cache_unread_fds") == 6
     reading, leaving = readers
     reply, fds, _, _ = socket.recv_fds(reading, 65536, 253)  # the client reads what was queued, then end of stream
     assert len(fds) == 3 and reading.recv(1) == b""
@@ -385,6 +386,7 @@ def test_descriptors_unread_when_a_connection_is_closed_stay_charged_until_the_c
     leaving.close()  # closing its end discards the queued descriptors: released too
     assert wait_until(lambda: not agent.agent._lingering, timeout=5)
     assert agent.agent._unread_total == 0
+    assert agent.agent.metrics.registry.get_sample_value("trainguard_cache_unread_fds") == 0
     reading.close()
 
 
