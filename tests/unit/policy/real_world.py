@@ -147,7 +147,9 @@ def _same_type(value: Any, rng: random.Random) -> Any:
         return rng.choice(SAME_TYPE[type(value)])
     if isinstance(value, list):
         return value[: rng.randint(0, len(value))]
-    return {k: v for k, v in value.items() if rng.random() < 0.7}
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if rng.random() < 0.7}
+    return value
 
 
 def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
