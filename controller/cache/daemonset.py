@@ -14,7 +14,11 @@ set was resident) every few seconds when the
 value changes. The pod name comes from the downward API. ``compute_status`` sums the ready pods' figures. Why
 annotations rather than scraping ``/metrics``: the reconciler then needs only the pod list it already watches,
 no network path to every node. The price is a Role allowing ``patch`` on pods in the cache's namespace
-(Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated).
+(Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated). That Role alone would let
+anyone who borrows the agent's identity (a token Secret for its ServiceAccount, or a trainer pod naming it in
+``serviceAccountName``) patch every pod of the namespace, so the ValidatingAdmissionPolicy of
+``controller.cache.agent_policy`` (shipped by the chart) narrows it, in the apiserver, to "these report annotations
+on the pod the token is bound to": ``agent_name()``'s ``trainguard-cache-`` prefix is what the policy matches on.
 
 Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
 the shards, so they are charged to the agent's pod; requesting ``memoryBudget + overhead`` makes the scheduler
@@ -289,7 +293,11 @@ def build_daemonset(
 
 
 def build_agent_rbac(cache: Any) -> list[dict]:
-    """ServiceAccount, Role (patch pods) and RoleBinding the agents use to annotate their own Pod."""
+    """ServiceAccount, Role (patch pods) and RoleBinding the agents use to annotate their own Pod.
+
+    The Role is wider than the need; ``controller.cache.agent_policy`` confines every ``trainguard-cache-*``
+    ServiceAccount to its own Pod's report annotations (see the module docstring).
+    """
     spec = cache_spec(cache)
     name = agent_name(spec.name)
     labels = selector_labels(spec.name)
@@ -306,7 +314,9 @@ def build_agent_rbac(cache: Any) -> list[dict]:
             "kind": "Role",
             "metadata": dict(meta),
             # patch only: the reporter sends a merge patch and never reads the Pod. RBAC cannot name the
-            # agent's own (generated) Pod, so this still allows patching any Pod in the namespace.
+            # agent's own (generated) Pod, so RBAC alone allows patching any Pod in the namespace; the
+            # ValidatingAdmissionPolicy of controller.cache.agent_policy (matching this ServiceAccount by its
+            # name) refuses a token bound to no Pod, any other Pod, and any change but the report annotations.
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
         },
         {
