@@ -41,7 +41,7 @@ def private_cluster(cluster: Cluster) -> Iterator[tuple[Cluster, Path]]:
     private = Cluster(proc.stdout.strip().splitlines()[-1], cluster.bin_dir)
     try:
         args = ["apply", "--server-side", "--force-conflicts"]
-        for m in upstream_crds(private.bin_dir, "jobset") + sorted((REPO / "crds").glob("*.yaml")):
+        for m in upstream_crds(private.bin_dir, "jobset", "scheduler-plugins") + sorted((REPO / "crds").glob("*.yaml")):
             args += ["-f", str(m)]
         private.kubectl(*args, timeout=120)
         wait_for_crds(private)
