@@ -1,0 +1,56 @@
+"""A trainer pod may not run as a dataset cache agent's ServiceAccount.
+
+Each DatasetCache's agents run as ServiceAccount ``trainguard-cache-<cache>`` (``controller.cache.daemonset.
+agent_name``), whose Role may patch pods. A namespace user who names that ServiceAccount in a TrainingRuntime or a
+TrainJob's runtimePatches would get a pod carrying the agent's token. The apiserver already makes that harmless
+(``controller.cache.agent_policy``: an agent token may only write the report annotations of the pod it is bound
+to); this check refuses it at ``kubectl apply`` with a message naming the field, instead of admitting a job whose
+pods hold an identity they have no use for. Both ``serviceAccountName`` and its deprecated alias
+``serviceAccount`` are checked, on every pod template of the merged job. Upstream Kubeflow Trainer v2.3 has no
+dataset cache agents, so it admits any ServiceAccount name; trainguard denies this prefix only.
+
+Pure: no I/O. ``webhook/`` never imports ``controller/``, so the prefix is repeated here and a unit test pins it to
+``agent_name()``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from webhook.field import FieldError, forbidden
+from webhook.policy import framework
+
+AGENT_SERVICE_ACCOUNT_PREFIX = "trainguard-cache-"
+_KEYS = ("serviceAccountName", "serviceAccount")
+
+
+def agent_identity_errors(jobset_spec: Mapping[str, Any], prefix: str = "") -> list[FieldError]:
+    """A finding for each pod template of ``jobset_spec`` that runs as a cache agent's ServiceAccount; ``prefix``
+    is prepended to each field path (e.g. ``spec.template.spec.`` for a TrainingRuntime)."""
+    errors: list[FieldError] = []
+    for rjob in jobset_spec.get("replicatedJobs") or []:
+        if not isinstance(rjob, dict):
+            continue
+        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        if not isinstance(pod, dict):
+            continue
+        for key in _KEYS:
+            name = pod.get(key)
+            if isinstance(name, str) and name.startswith(AGENT_SERVICE_ACCOUNT_PREFIX):
+                path = f"{prefix}replicatedJobs[{rjob.get('name', '')}].template.spec.template.spec.{key}"
+                errors.append(forbidden(path, f"{json.dumps(name)} is a dataset cache agent's ServiceAccount; "
+                                              "trainer pods may not run as it"))
+    return errors
+
+
+def trainjob_errors(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[FieldError]:
+    """The findings on the job ``trainjob`` builds from ``runtime`` (its runtimePatches and overrides merged)."""
+    effective = framework.effective_job_or_none(trainjob, runtime)
+    return [] if effective is None else agent_identity_errors(effective.spec)
+
+
+def runtime_errors(runtime: dict[str, Any]) -> list[FieldError]:
+    """The findings on a TrainingRuntime's or ClusterTrainingRuntime's own template."""
+    spec = (((runtime.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return agent_identity_errors(spec, "spec.template.spec.") if isinstance(spec, dict) else []
