@@ -25,10 +25,9 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -69,7 +68,7 @@ def pod(name: str, service_account: str) -> dict:
 
 
 def install_policy(cluster: Any, docs: list[dict]) -> Callable[[], None]:
-    """Create the policy + binding, wait until the apiserver enforces them, and return their removal."""
+    """Create the policy + binding and return their removal (``enforce`` waits until the apiserver applies them)."""
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
     def remove() -> None:
@@ -122,7 +121,7 @@ def read_pod(cluster: Any, namespace: str, name: str) -> dict:
 
 
 @dataclass
-class Setup:
+class Borrowed:
     namespace: str
     unbound: Agent  # attack a
     agent_pod: Agent  # the agent's own Pod's projected token
@@ -131,7 +130,7 @@ class Setup:
 
 
 @pytest.fixture
-def setup(cluster: Any, namespace: str, namespace_user: NamespaceUser, tmp_path: Path) -> Iterator[Setup]:
+def borrowed(cluster: Any, namespace: str, namespace_user: NamespaceUser, tmp_path: Path) -> Borrowed:
     # What the controller creates for the user's DatasetCache (the real controller's objects: test below).
     rbac = build_agent_rbac(dataset_cache(CACHE, namespace, uid="0"))
     for doc in rbac:
@@ -142,7 +141,7 @@ def setup(cluster: Any, namespace: str, namespace_user: NamespaceUser, tmp_path:
         cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod(name, sa)))
     # The user has no pod rights; borrowing the agent is their only way to touch pods.
     assert not namespace_user.can_i("patch", "pods")
-    setup = Setup(
+    return Borrowed(
         namespace,
         unbound=agent_credential(cluster, namespace, tmp_path / "unbound.kubeconfig"),
         agent_pod=agent_credential(cluster, namespace, tmp_path / "agent.kubeconfig",
@@ -151,14 +150,13 @@ def setup(cluster: Any, namespace: str, namespace_user: NamespaceUser, tmp_path:
                                      *bound_to_pod(cluster, namespace, "trainer-0")),
         policy=scoped_policy(namespace),
     )
-    yield setup
 
 
-def enforce(cluster: Any, setup: Setup) -> Callable[[], None]:
-    remove = install_policy(cluster, setup.policy)
+def enforce(cluster: Any, borrowed: Borrowed) -> Callable[[], None]:
+    remove = install_policy(cluster, borrowed.policy)
     # The apiserver loads policies from its informer: wait until a dry-run of attack a is refused by the policy.
-    wait_for("the policy to be enforced", lambda: setup.unbound.patch(
-        setup.namespace, "victim-0", {"metadata": {"annotations": {"probe": "1"}}}, dry_run=True) == 403)
+    wait_for("the policy to be enforced", lambda: borrowed.unbound.patch(
+        borrowed.namespace, "victim-0", {"metadata": {"annotations": {"probe": "1"}}}, dry_run=True) == 403)
     return remove
 
 
@@ -166,29 +164,29 @@ def ungate(agent: Agent, namespace: str, name: str) -> int:
     return agent.patch(namespace, name, [{"op": "remove", "path": "/spec/schedulingGates"}])
 
 
-def test_without_the_policy_every_borrowed_token_patches_any_pod(cluster: Any, setup: Setup,
+def test_without_the_policy_every_borrowed_token_patches_any_pod(cluster: Any, borrowed: Borrowed,
                                                                     namespace_user: NamespaceUser) -> None:
     """The hole, shown once (dry runs, nothing changes): both borrowed credentials pass RBAC for any Pod."""
-    ns = setup.namespace
+    ns = borrowed.namespace
     # Attack a's first step is open to the user: a token Secret for the agent (filled by kube-controller-manager).
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
               "metadata": {"name": "borrowed", "annotations": {"kubernetes.io/service-account.name": agent_name(CACHE)}}}
     namespace_user.kubectl("apply", "-f", "-", input=json.dumps(secret))
-    for agent in (setup.unbound, setup.trainer_pod):
+    for agent in (borrowed.unbound, borrowed.trainer_pod):
         assert agent.patch(ns, "victim-0", [{"op": "remove", "path": "/spec/schedulingGates"}], dry_run=True) == 200
         assert agent.patch(ns, "victim-0", [{"op": "replace", "path": "/spec/containers/0/image",
                                              "value": "evil.example.com/x:1"}], dry_run=True) == 200
 
 
-def test_a_token_bound_to_no_pod_can_patch_nothing(cluster: Any, setup: Setup) -> None:
-    remove = enforce(cluster, setup)
+def test_a_token_bound_to_no_pod_can_patch_nothing(cluster: Any, borrowed: Borrowed) -> None:
+    remove = enforce(cluster, borrowed)
     try:
-        ns = setup.namespace
+        ns = borrowed.namespace
         for target in ("victim-0", "trainer-0", "agent-pod"):
-            assert ungate(setup.unbound, ns, target) == 403, target
-            assert "not bound to a Pod" in setup.unbound.last_error
+            assert ungate(borrowed.unbound, ns, target) == 403, target
+            assert "not bound to a Pod" in borrowed.unbound.last_error
             # Not even the report annotations: a token without a Pod is not an agent.
-            assert setup.unbound.patch(ns, target, REPORT) == 403, target
+            assert borrowed.unbound.patch(ns, target, REPORT) == 403, target
         assert read_pod(cluster, ns, "victim-0")["spec"]["schedulingGates"] == [{"name": GATE}]
     finally:
         remove()
@@ -209,30 +207,30 @@ OWN_POD_ATTACKS = [
 ]
 
 
-def test_a_pod_running_as_the_agent_may_change_only_its_own_report(cluster: Any, setup: Setup) -> None:
-    remove = enforce(cluster, setup)
+def test_a_pod_running_as_the_agent_may_change_only_its_own_report(cluster: Any, borrowed: Borrowed) -> None:
+    remove = enforce(cluster, borrowed)
     try:
-        ns = setup.namespace
+        ns = borrowed.namespace
         before = read_pod(cluster, ns, "trainer-0")
         for attack, body, named in OWN_POD_ATTACKS:
-            assert setup.trainer_pod.patch(ns, "trainer-0", body) in (403, 422), attack
-            assert named in setup.trainer_pod.last_error, (attack, setup.trainer_pod.last_error)
+            assert borrowed.trainer_pod.patch(ns, "trainer-0", body) in (403, 422), attack
+            assert named in borrowed.trainer_pod.last_error, (attack, borrowed.trainer_pod.last_error)
         after = read_pod(cluster, ns, "trainer-0")
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
         # The legitimate neighbour: the same credential writes its own report, and may write it again.
         for _ in range(2):
-            assert setup.trainer_pod.patch(ns, "trainer-0", REPORT) == 200, setup.trainer_pod.last_error
+            assert borrowed.trainer_pod.patch(ns, "trainer-0", REPORT) == 200, borrowed.trainer_pod.last_error
         got = read_pod(cluster, ns, "trainer-0")["metadata"]["annotations"]
         assert got == {"team": "vision", **REPORT["metadata"]["annotations"]}
     finally:
         remove()
 
 
-def test_a_pod_bound_token_cannot_patch_another_pod(cluster: Any, setup: Setup) -> None:
-    remove = enforce(cluster, setup)
+def test_a_pod_bound_token_cannot_patch_another_pod(cluster: Any, borrowed: Borrowed) -> None:
+    remove = enforce(cluster, borrowed)
     try:
-        ns = setup.namespace
-        for agent, own in ((setup.trainer_pod, "trainer-0"), (setup.agent_pod, "agent-pod")):
+        ns = borrowed.namespace
+        for agent, own in ((borrowed.trainer_pod, "trainer-0"), (borrowed.agent_pod, "agent-pod")):
             for target in ("victim-0", "trainer-0", "agent-pod"):
                 if target == own:
                     continue
@@ -265,17 +263,17 @@ def run_reporter(cluster: Any, namespace: str, pod_name: str, token: str, tmp_pa
                           capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
 
 
-def test_the_agents_real_reporter_still_reports_under_the_policy(cluster: Any, setup: Setup, tmp_path: Path) -> None:
-    remove = enforce(cluster, setup)
+def test_the_agents_real_reporter_still_reports_under_the_policy(cluster: Any, borrowed: Borrowed, tmp_path: Path) -> None:
+    remove = enforce(cluster, borrowed)
     try:
-        ns = setup.namespace
-        done = run_reporter(cluster, ns, "agent-pod", setup.agent_pod.token, tmp_path)
+        ns = borrowed.namespace
+        done = run_reporter(cluster, ns, "agent-pod", borrowed.agent_pod.token, tmp_path)
         assert done.returncode == 0, done.stderr
         annotations = read_pod(cluster, ns, "agent-pod")["metadata"]["annotations"]
         assert annotations == {"team": "vision", ANNOTATION_BYTES_RESIDENT: "123456789", ANNOTATION_SHARDS: "7",
                                ANNOTATION_WARM: "true"}
         # The same reporter with a borrowed token that is bound to no Pod is refused.
-        denied = run_reporter(cluster, ns, "agent-pod", setup.unbound.token, tmp_path)
+        denied = run_reporter(cluster, ns, "agent-pod", borrowed.unbound.token, tmp_path)
         assert denied.returncode != 0 and "not bound to a Pod" in denied.stderr
     finally:
         remove()
@@ -302,12 +300,12 @@ def test_the_controllers_agent_service_account_is_the_one_confined(cluster: Any,
         k8s_config.load_kube_config(config_file=kubeconfig_for_token(cluster.kubeconfig, token,
                                                                      tmp_path / "borrowed.kubeconfig"),
                                     client_configuration=configuration)
-        borrowed = k8s.CoreV1Api(k8s.ApiClient(configuration))
+        stolen = k8s.CoreV1Api(k8s.ApiClient(configuration))
         gate_removal = [{"op": "remove", "path": "/spec/schedulingGates"}]
         # RBAC lets it through (the controller's Role), so a 403 from the policy is the policy's doing.
-        wait_for("the policy to be enforced", lambda: _status(lambda: borrowed.patch_namespaced_pod(
+        wait_for("the policy to be enforced", lambda: _status(lambda: stolen.patch_namespaced_pod(
             "victim-0", namespace, gate_removal, dry_run="All")) == 403, timeout=30)
-        error = _status(lambda: borrowed.patch_namespaced_pod("victim-0", namespace, gate_removal))
+        error = _status(lambda: stolen.patch_namespaced_pod("victim-0", namespace, gate_removal))
         assert error == 403
         assert read_pod(cluster, namespace, "victim-0")["spec"]["schedulingGates"] == [{"name": GATE}]
     finally:
