@@ -18,16 +18,17 @@ rule runs, mutating webhook included.
 ``validate_trainjob`` (validating webhook):
   1. §2.5 runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
   2. the runtime framework's plugin validations (§2.5 item 4+), on the merged view;
-  3. trainguard: the DatasetCache reference; the policies' findings (``enforcement``), each a denial under
-     ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container, topology fit and the
-     scheduling labels the policies set; on UPDATE (``updates``) what the update introduces, judged by the policies
+  3. trainguard: the DatasetCache reference; no pod running as a cache agent's ServiceAccount
+     (``agent_identity``; on UPDATE only what the update introduces); the policies' findings (``enforcement``),
+     each a denial under ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container,
+     topology fit and the scheduling labels the policies set; on UPDATE (``updates``) what the update introduces, judged by the policies
      selecting the old OR the new object: a policy's scheduling label removed or changed, an unsuspend without it,
      a new limit or topology violation.
   Upstream errors come first in the message; trainguard's follow.
 ``enforce_trainjob`` (the controller's defence-in-depth check): the CREATE findings of Enforce policies for a
   TrainJob as it stands, against the runtime the controller builds from.
 ``validate_training_runtime`` / ``validate_cluster_training_runtime``: §2.6 plus stricter checks
-  (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream).
+  (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream) and ``agent_identity``.
 ``validate_trainjob_policy`` (``policy_rules``) and ``validate_dataset_cache`` (``dataset_cache``).
 
 Nothing here performs I/O or reads a clock: cluster state comes in the snapshot, time in ``AdmissionInput.now``.
@@ -40,7 +41,7 @@ import copy
 from typing import Any
 
 from webhook.field import FieldError, aggregate
-from webhook.policy import dataset_cache, framework, runtime_rules
+from webhook.policy import agent_identity, dataset_cache, framework, runtime_rules
 from webhook.policy.defaults import POLICY_MANAGER, apply_policies
 from webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
 from webhook.policy.matching import matching_policies, parse_all
@@ -61,6 +62,7 @@ from webhook.policy.well_formed import checked
 
 UPSTREAM = "UpstreamValidation"
 DATASET_CACHE = "DatasetCache"
+AGENT_IDENTITY = "AgentIdentity"
 POLICY_OBJECT = "TrainJobPolicyValidation"
 CACHE_OBJECT = "DatasetCacheValidation"
 
@@ -154,6 +156,8 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         return _decide(list(upstream), warnings, UPSTREAM)
 
     cache_errors = dataset_cache.reference_errors(obj, old, namespace, snapshot.dataset_caches)
+    identity_errors = _introduced(agent_identity.trainjob_errors(obj, runtime),
+                                  agent_identity.trainjob_errors(old, runtime) if old is not None else [])
     policies, problems = parse_all(snapshot.policies)
     warnings += problems
     if review.operation == "CREATE" or old is None:
@@ -165,8 +169,15 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         found = update_findings(obj, old, runtime, judges)
     warnings += [f.violation.warning() for f in found if not f.enforced]
     enforced = _by_reason([f for f in found if f.enforced])
-    reason = DATASET_CACHE if cache_errors else enforced[0].reason if enforced else POLICY_LIMITS
-    return _decide(cache_errors + [f.violation.error for f in enforced], warnings, reason)
+    reason = (DATASET_CACHE if cache_errors else AGENT_IDENTITY if identity_errors
+              else enforced[0].reason if enforced else POLICY_LIMITS)
+    return _decide(cache_errors + identity_errors + [f.violation.error for f in enforced], warnings, reason)
+
+
+def _introduced(errors: list[FieldError], before: list[FieldError]) -> list[FieldError]:
+    """On UPDATE, what the update brings in (a job admitted before a check existed keeps its status updates)."""
+    seen = {str(e) for e in before}
+    return [e for e in errors if str(e) not in seen]
 
 
 def _policy_findings(obj: dict[str, Any], runtime: dict[str, Any], namespace: str, snapshot: ClusterSnapshot,
@@ -207,7 +218,7 @@ def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot)
     """TrainingRuntime CREATE and (unlike upstream, which skips updates) UPDATE."""
     if not _admits(review):
         return Verdict.allow()
-    return _decide(runtime_rules.runtime_errors(review.obj), [], UPSTREAM)
+    return _decide(runtime_rules.runtime_errors(review.obj) + agent_identity.runtime_errors(review.obj), [], UPSTREAM)
 
 
 @checked("ClusterTrainingRuntime")
@@ -222,7 +233,8 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
             f'{CLUSTER_TRAINING_RUNTIME} "{name}" is deprecated and will be removed in a future release of '
             f"Kubeflow Trainer. See runtime deprecation policy: {DEPRECATION_POLICY_URL}"
         )
-    return _decide(runtime_rules.runtime_errors(review.obj), warnings, UPSTREAM)
+    return _decide(runtime_rules.runtime_errors(review.obj) + agent_identity.runtime_errors(review.obj), warnings,
+                   UPSTREAM)
 
 
 # --- trainguard.io objects ----------------------------------------------------------------------------------------
