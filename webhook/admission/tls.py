@@ -45,9 +45,6 @@ class ServingCertificate:
         self.fingerprint = ""
         self.not_after: datetime | None = None
         self._on_reload = on_reload
-        # Private scratch space: SSLContext only loads from files.
-        self._dir = tempfile.mkdtemp(prefix="trainguard-tls-")
-        os.chmod(self._dir, 0o700)
 
     def load_pem(self, cert_pem: bytes, key_pem: bytes) -> bool:
         """Serve this pair from the next handshake on; returns False (and changes nothing) when it is the same pair.
@@ -57,16 +54,15 @@ class ServingCertificate:
         fingerprint = hashlib.sha256(cert_pem + b"\0" + key_pem).hexdigest()
         if fingerprint == self.fingerprint:
             return False
-        cert_path = Path(self._dir) / f"{fingerprint[:16]}.crt"
-        key_path = Path(self._dir) / f"{fingerprint[:16]}.key"
-        _write_private(cert_path, cert_pem)
-        _write_private(key_path, key_pem)
-        try:
+        # SSLContext only loads from files: a private scratch directory (mkdtemp makes it 0700) that lives only as long
+        # as the load, so neither the key nor the directory outlives it.
+        with tempfile.TemporaryDirectory(prefix="trainguard-tls-") as scratch:
+            cert_path = Path(scratch) / "tls.crt"
+            key_path = Path(scratch) / "tls.key"
+            _write_private(cert_path, cert_pem)
+            _write_private(key_path, key_pem)
             server_context().load_cert_chain(cert_path, key_path)  # proof on a scratch context
             self.context.load_cert_chain(cert_path, key_path)
-        finally:
-            cert_path.unlink(missing_ok=True)
-            key_path.unlink(missing_ok=True)
         leaf = x509.load_pem_x509_certificate(cert_pem)
         self.fingerprint = fingerprint
         self.not_after = leaf.not_valid_after_utc

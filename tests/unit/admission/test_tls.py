@@ -126,3 +126,20 @@ def test_cert_dir_watcher_reloads_on_change_and_survives_half_written_files(tmp_
     assert serving.not_after == a.cert.not_valid_after_utc
     (tmp_path / "tls.key").write_bytes(b.key_pem)
     assert watcher.check() is True
+
+
+def test_loading_a_pair_leaves_no_key_or_scratch_directory_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SSLContext loads only from files; the private key must not stay on disk, nor a directory per process or reload
+    # (hundreds of webhook starts in a test run, or years of rotations, would otherwise leave them all in $TMPDIR).
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ca = new_ca(now=NOW, lifetime=timedelta(days=10))
+    serving = ServingCertificate()
+    for _ in range(3):
+        p = pair(ca)
+        assert serving.load_pem(p.cert_pem, p.key_pem)
+    bad = pair(ca)
+    with pytest.raises((ssl.SSLError, ValueError)):
+        serving.load_pem(bad.cert_pem, pair(ca).key_pem)  # mismatched key: refused, and still nothing left behind
+    assert list(tmp_path.iterdir()) == []
