@@ -118,14 +118,17 @@ class TasEnv:
         return "\n".join(parts)
 
 
+KEEPS_RUNNING_IMAGE = "trainguard.invalid/e2e/keeps-running:v1"  # kwok runs any image but the succeed one forever
+
+
 def trainjob(name: str, namespace: str, num_nodes: int, gpus: int,
-             user_annotations: dict[str, str] | None = None) -> dict[str, Any]:
+             user_annotations: dict[str, str] | None = None, image: str = SUCCEED_IMAGE) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "runtimeRef": {"name": RUNTIME, "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
-            "trainer": {"image": SUCCEED_IMAGE, "command": ["torchrun", "/app/train.py"], "numNodes": num_nodes,
+            "trainer": {"image": image, "command": ["torchrun", "/app/train.py"], "numNodes": num_nodes,
                         "resourcesPerNode": {"requests": {"cpu": "8", "memory": "64Gi", GPU: str(gpus)},
                                              "limits": {GPU: str(gpus)}}},
         },
@@ -320,9 +323,9 @@ def tas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TasEnv]:
         assert down.returncode == 0, f"hack/e2e-cluster.sh down failed:\n{down.stderr}"
 
 
-def run_to_complete(env: TasEnv, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Wait for Kueue's admission, the pods (gated, then ungated by Kueue with a host nodeSelector, bound, run) and
-    the TrainJob's Complete; returns the admitted Workload and the pods as bound."""
+def run_to_bound(env: TasEnv, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Wait for Kueue's admission and the pods (gated, then ungated by Kueue with a host nodeSelector, bound);
+    returns the admitted Workload and the pods as bound."""
     wl = wait_for(f"Kueue to admit {name}", lambda: (w := env.workload_of(name)) and _true(w, "Admitted") and w,
                   timeout=60)
     hosts = assigned_hosts(env, wl)
@@ -343,6 +346,12 @@ def run_to_complete(env: TasEnv, name: str) -> tuple[dict[str, Any], list[dict[s
     for pod in pods:
         placed[pod["spec"]["nodeName"]] = placed.get(pod["spec"]["nodeName"], 0) + 1
     assert placed == hosts, f"pods bound {placed}, Kueue assigned {hosts}"
+    return wl, pods
+
+
+def run_to_complete(env: TasEnv, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run_to_bound``, then the TrainJob's Complete and its Workload's Finished."""
+    wl, pods = run_to_bound(env, name)
     wait_for(f"TrainJob {name} Complete", lambda: _true(env.get("trainjobs.trainer.kubeflow.org", name), "Complete"),
              timeout=60)
     wait_for(f"{name}'s Workload Finished", lambda: _true(env.workload_of(name), "Finished"), timeout=30)
@@ -408,10 +417,11 @@ def test_two_node_job_waits_for_and_lands_in_one_clique(tas: TasEnv) -> None:
 
         # The same shape with the user's own unconstrained declaration (trainguard leaves it alone): Kueue admits it
         # now, across the two cliques -- the capacity was there, only the clique requirement held the first back.
+        # It keeps running, so that its end below is the event that makes Kueue look at the waiting job again.
         created_c, _ = env.apply_trainjob(trainjob(control, env.namespace, 2, GPUS_PER_NODE,
-                                                   user_annotations={UNCONSTRAINED: "true"}))
+                                                   user_annotations={UNCONSTRAINED: "true"}, image=KEEPS_RUNNING_IMAGE))
         assert _policy_pod_annotations(created_c) == {}, created_c["spec"]["runtimePatches"]
-        wl_c, _ = run_to_complete(env, control)
+        wl_c, _ = run_to_bound(env, control)
         spread = assigned_hosts(env, wl_c)
         assert set(spread) == {a_nodes[1], b_nodes[0]}, spread
         assert len({env.node_clique[h] for h in spread}) == 2, spread
@@ -419,13 +429,18 @@ def test_two_node_job_waits_for_and_lands_in_one_clique(tas: TasEnv) -> None:
         assert env.get("trainjobs.trainer.kubeflow.org", name)["spec"]["suspend"] is True
         assert env.pods_of(name) == []
 
-        # Clique B frees up (the pod Kueue does not manage goes; Kueue's TAS sees it without any other event): Kueue
-        # places the job on both of its nodes.
+        # Clique B frees up: the pod Kueue does not manage goes, then the control job ends. Kueue v0.17 updates its
+        # non-TAS usage when such a pod goes but re-examines waiting workloads only on its own events (a workload
+        # finishing or deleted, a ClusterQueue or node change: pkg/controller/tas/non_tas_usage_controller.go), so on
+        # a real cluster too the waiting job moves at the next such event; the control job's end is that event here.
         env.k("delete", "pod", f"blocker-{b_nodes[1]}", "-n", env.namespace, "--grace-period=0", "--force")
+        wait_for("the blocker pod gone", lambda: not env.k("get", "pod", f"blocker-{b_nodes[1]}", "-n", env.namespace,
+                                                           "--ignore-not-found", "-o", "name").stdout.strip(), timeout=30)
+        env.k("delete", "trainjobs.trainer.kubeflow.org", control, "-n", env.namespace, "--wait=false")
         t_freed = time.monotonic()
         wait_for(f"Kueue to admit {name} once clique {env.node_clique[b_nodes[1]]} is free",
                  lambda: _true(env.workload_of(name), "Admitted"), timeout=60)
-        print(f"{name} admitted {time.monotonic() - t_freed:.1f}s after the blocker went")
+        print(f"{name} admitted {time.monotonic() - t_freed:.1f}s after the blocker and the control job went")
         wl, pods = run_to_complete(env, name)
         hosts = assigned_hosts(env, wl)
         assert hosts == {b_nodes[0]: 1, b_nodes[1]: 1}, hosts
