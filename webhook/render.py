@@ -7,8 +7,8 @@ they depend on, and it prints what the cluster would store and build::
                       [--now 2026-09-01T12:00:00Z]
 
 It runs exactly what the webhook runs (``webhook.policy.pipeline``): every runtime, policy and DatasetCache in the
-input is validated first (runtimes labelled ``trainer.kubeflow.org/webhook-validation: disabled`` are skipped, as
-the webhook's objectSelector skips them; DatasetCache sources are checked against the admin's setting, given with
+input is validated first (ClusterTrainingRuntimes labelled ``trainer.kubeflow.org/webhook-validation: disabled`` are
+skipped, as the webhook's objectSelector skips them; namespaced TrainingRuntimes never are; DatasetCache sources are checked against the admin's setting, given with
 the webhook's flags ``--dataset-cache-allowed-host-path ROOT`` and ``--no-dataset-cache-allow-pvc``); then each
 TrainJob goes through the mutating and then the validating webhook, and the admitted TrainJob through the runtime
 build (``webhook.runtime``). Output, one YAML stream on stdout: per TrainJob, the admitted (mutated) TrainJob, then
@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
 from webhook.cli import Run
 from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
 from webhook.policy import pipeline
@@ -40,7 +41,6 @@ from webhook.policy.dataset_cache import DatasetCacheSources
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-VALIDATION_OPT_OUT = "trainer.kubeflow.org/webhook-validation"
 # The chart's release namespace, where the controller keeps runtime snapshots unless told otherwise.
 DEFAULT_SNAPSHOT_NAMESPACE = "trainguard-system"
 KINDS = ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "TrainJobPolicy", "DatasetCache", "Namespace",
@@ -179,7 +179,9 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
     for d in docs:
         validate = _VALIDATORS.get(d.kind)
         labels = (d.obj.get("metadata") or {}).get("labels") or {}
-        if validate is None or (d.kind.endswith("TrainingRuntime") and labels.get(VALIDATION_OPT_OUT) == "disabled"):
+        # Upstream's opt-out label counts on admin-written ClusterTrainingRuntimes only, as in the webhook's registration.
+        if validate is None or (d.kind == "ClusterTrainingRuntime"
+                                and labels.get(LABEL_WEBHOOK_VALIDATION) == WEBHOOK_VALIDATION_DISABLED):
             continue
         _check(validate(AdmissionInput("CREATE", d.obj, None, now, namespace=d.namespace), snapshot),
                f"{d.kind} {d.name!r} ({d.origin})", out)

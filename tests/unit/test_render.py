@@ -152,3 +152,20 @@ def test_cli_entry_point_is_wired():
     args = build_parser().parse_args(["render", "-f", str(EXAMPLES / "torch-distributed-gpu.yaml"),
                                       "--now", "2026-09-01T12:00:00Z"])
     assert args.files and args.now == NOW
+
+
+@pytest.mark.parametrize("kind, validated", [("ClusterTrainingRuntime", False), ("TrainingRuntime", True)])
+def test_upstream_opt_out_label_skips_only_admin_written_runtimes(tmp_path, kind, validated):
+    # As the webhook's registration: a namespace user's TrainingRuntime is validated whatever its labels say.
+    text = (EXAMPLES / "torch-distributed-gpu.yaml").read_text()
+    runtime = text.split("\n---\n")[0] if "\n---\n" in text else text.split("---")[0]
+    runtime = runtime.replace("- name: node\n", "- name: node\n        replicas: 2\n", 1)
+    runtime = runtime.replace("kind: ClusterTrainingRuntime", f"kind: {kind}")
+    runtime = runtime.replace("metadata: {name: torch-distributed, labels: {",
+                              "metadata: {name: torch-distributed, namespace: team-a, labels: {"
+                              "trainer.kubeflow.org/webhook-validation: disabled, ")
+    f = tmp_path / "rt.yaml"
+    f.write_text(runtime)
+    code, _, err = render(f)
+    refused = "spec.template.spec.replicatedJobs[0].replicas: Invalid value: 2: always must be 1" in err
+    assert (code, refused) == ((1, True) if validated else (0, False)), err

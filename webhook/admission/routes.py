@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal, Mapping
 
+from webhook.api.constants import LABEL_WEBHOOK_VALIDATION
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 PolicyFunction = Callable[[AdmissionInput, ClusterSnapshot], Verdict]
@@ -42,7 +43,7 @@ class WebhookRoute:
 
 TRAINER = "trainer.kubeflow.org"
 TRAINGUARD = "trainguard.io"
-UPSTREAM_RUNTIME_OPT_OUT = "trainer.kubeflow.org/webhook-validation"
+UPSTREAM_RUNTIME_OPT_OUT = LABEL_WEBHOOK_VALIDATION
 
 ROUTES: tuple[WebhookRoute, ...] = (
     WebhookRoute(
@@ -56,7 +57,7 @@ ROUTES: tuple[WebhookRoute, ...] = (
     WebhookRoute(
         "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime", "validator.trainingruntime.trainer.kubeflow.org", False,
         TRAINER, "v1alpha1", "TrainingRuntime", "trainingruntimes", "Namespaced", "validate_training_runtime",
-        UPSTREAM_RUNTIME_OPT_OUT,
+        # No opt-out: namespace users write TrainingRuntimes, and a label they set must not skip their validation.
     ),
     WebhookRoute(
         "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime",
