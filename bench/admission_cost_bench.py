@@ -34,7 +34,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -44,39 +44,10 @@ import yaml  # noqa: E402
 from webhook.policy import pipeline, well_formed  # noqa: E402
 from webhook.policy.verdict import AdmissionInput, ClusterSnapshot  # noqa: E402
 from webhook.runtime import merge  # noqa: E402
+from tests.unit.runtime.scan_merges import scan_keyed_list, scan_upsert  # noqa: E402  (merge.py at 1e7203f)
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=timezone.utc)
 RESULTS = REPO / "bench" / "results"
-
-
-# --- the code before (webhook/runtime/merge.py at 1e7203f) ------------------------------------------------------
-
-
-def scan_merge_keyed_list(out: list, patch: list, key: str, field: str) -> list:
-    for item in patch:
-        if not isinstance(item, Mapping) or key not in item:
-            raise merge.MergeError(f"{field}: every patch item must be an object with {key!r}")
-        index = next((i for i, cur in enumerate(out) if isinstance(cur, Mapping) and cur.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if index is not None:
-                del out[index]
-            continue
-        if index is None:
-            out.append(merge._strip_directives(item))
-        else:
-            out[index] = merge._merge_owned(out[index], item, field)
-    return out
-
-
-def scan_upsert(items, new_items, key):
-    out = [copy.deepcopy(dict(i)) for i in items or []]
-    for new in new_items:
-        index = next((i for i, cur in enumerate(out) if cur.get(key) == new.get(key)), None)
-        if index is None:
-            out.append(copy.deepcopy(dict(new)))
-        else:
-            out[index] = copy.deepcopy(dict(new))
-    return out
 
 
 @contextlib.contextmanager
@@ -85,7 +56,7 @@ def before() -> Iterator[None]:
     saved = merge._merge_keyed_list, merge.upsert
     holders = [m for m in list(sys.modules.values())
                if m is not None and m.__name__.startswith("webhook.") and getattr(m, "upsert", None) is merge.upsert]
-    merge._merge_keyed_list, merge.upsert = scan_merge_keyed_list, scan_upsert
+    merge._merge_keyed_list, merge.upsert = scan_keyed_list, scan_upsert
     for m in holders:
         m.upsert = scan_upsert
     try:

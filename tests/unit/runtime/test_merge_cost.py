@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
 from webhook.runtime import merge
 from webhook.runtime.merge import MergeError, strategic_merge, upsert
+
+from .scan_merges import scan_keyed_list, scan_upsert
 
 
 class CountedKey(str):
@@ -61,34 +63,7 @@ def test_keyed_merges_do_linear_work(case) -> None:
     assert large <= 12 * small, f"{SIZES[1]} items cost {large / small:.0f}x the work of {SIZES[0]} (quadratic: 100x)"
 
 
-# --- the old implementations, kept here as the specification the linear ones must match -------------------------
-
-
-def scan_upsert(items, new_items, key):
-    out = [copy.deepcopy(dict(i)) for i in items or []]
-    for new in new_items:
-        index = next((i for i, cur in enumerate(out) if cur.get(key) == new.get(key)), None)
-        if index is None:
-            out.append(copy.deepcopy(dict(new)))
-        else:
-            out[index] = copy.deepcopy(dict(new))
-    return out
-
-
-def scan_keyed_list(out: list, patch: list, key: str, field: str) -> list:
-    for item in patch:
-        if not isinstance(item, Mapping) or key not in item:
-            raise MergeError(f"{field}: every patch item must be an object with {key!r}")
-        index = next((i for i, cur in enumerate(out) if isinstance(cur, Mapping) and cur.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if index is not None:
-                del out[index]
-            continue
-        if index is None:
-            out.append(merge._strip_directives(item))
-        else:
-            out[index] = merge._merge_owned(out[index], item, field)
-    return out
+# --- the old implementations (scan_merges) are the specification the linear ones must match ------------------------
 
 
 def random_list(rng: random.Random, keyed: bool) -> list[Any]:
