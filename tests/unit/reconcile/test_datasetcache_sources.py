@@ -17,6 +17,7 @@ from controller.reconcile.datasetcache import (
     refused_status,
 )
 from webhook.kube.errors import NotFound
+from tests.unit.reconcile.test_gates import Store  # the same cache stand-in as the gate releaser tests
 from webhook.policy.dataset_cache import DatasetCacheSources
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=timezone.utc)
@@ -39,17 +40,6 @@ def agent_daemonset(owner: str = "imagenet") -> dict:
             "metadata": {"name": agent_name("imagenet"), "namespace": "ns",
                          "ownerReferences": [{"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache",
                                               "name": owner, "uid": "uid-1", "controller": True}]}}
-
-
-class Store:
-    def __init__(self, objs: list[dict]) -> None:
-        self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
-
-    def get(self, name: str, namespace: str = "") -> dict | None:
-        return self.objs.get((namespace, name))
-
-    def items(self):  # type: ignore[no-untyped-def]
-        return list(self.objs.items())
 
 
 class FakeKube:
