@@ -1,7 +1,7 @@
 """Defence in depth: the reconciler does not materialize a TrainJob that an Enforce TrainJobPolicy would deny.
 
 Admission is the first line, but a TrainJob can reach the controller without it: the webhook was down under
-``failurePolicy: Ignore``, the job predates the policy, or an opt-out label skipped the webhook. Before the
+``failurePolicy: Ignore``, the job predates the policy, or an admin exempted its namespace from the webhooks. Before the
 controller CREATES a JobSet, or RESUMES one (the TrainJob is no longer suspended while its JobSet still is), it
 asks ``webhook.policy.pipeline.enforce_trainjob`` - the admission pipeline's own check, pure - with the runtime
 it would build from (the snapshot) and the TrainJobPolicies and Namespace labels from its watch caches.
@@ -25,7 +25,6 @@ from webhook.policy.verdict import ClusterSnapshot, Verdict
 
 from controller.reconcile import status as st
 
-STATE_BLOCKED = "Blocked"
 REASON_POLICY_DENIED = "PolicyDenied"
 
 
@@ -55,7 +54,7 @@ def blocked_trainjobs(trainjobs: Iterable[tuple[tuple[str, str], Mapping[str, An
     for (ns, name), job in trainjobs:
         if namespace is not None and ns != namespace:
             continue
-        if ((job.get("metadata") or {}).get("labels") or {}).get(st.STATE_LABEL) == STATE_BLOCKED \
+        if ((job.get("metadata") or {}).get("labels") or {}).get(st.STATE_LABEL) == st.STATE_BLOCKED \
                 and not st.is_finished(job):
             keys.append((ns, name))
     return keys

@@ -63,6 +63,7 @@ STATE_RUNNING = "Running"
 STATE_SUSPENDED = "Suspended"
 STATE_COMPLETE = "Complete"
 STATE_FAILED = "Failed"
+STATE_BLOCKED = "Blocked"  # an Enforce policy denies the job: nothing is built (enforcement.py)
 
 ANCESTOR_LABEL = LABEL_TRAINJOB_ANCESTOR
 _JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")

@@ -181,7 +181,7 @@ class TrainJobReconciler:
             # Deleted while we reconciled (our cache was behind): nothing to report on and nothing to retry;
             # whatever was applied above carries its ownerReference and is garbage-collected.
             return Result()
-        await self._write_state(trainjob, enforcement.STATE_BLOCKED if blocked is not None else decision.state)
+        await self._write_state(trainjob, st.STATE_BLOCKED if blocked is not None else decision.state)
         await self._emit(trainjob, decision)
         if blocked is not None:
             # Not retried: a TrainJobPolicy or Namespace change requeues every blocked job (see ``controller``).

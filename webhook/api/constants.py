@@ -104,4 +104,4 @@ MAX_JOBS_STATUS = 100
 ANNOTATION_SCHEDULER_NAME = "trainguard.io/scheduler-name"  # written by policy, applied to pods by the build
 ANNOTATION_POLICY_EFFECTS = "trainguard.io/policy-effects"  # on the JobSet: what the build applied for policy
 ANNOTATION_DATASET_CACHE = "trainguard.io/dataset-cache"  # TrainJob opt-in to a DatasetCache by name
-LABEL_STATE = "trainguard.io/state"  # Created | Running | Suspended | Complete | Failed, kept by the reconciler
+LABEL_STATE = "trainguard.io/state"  # Created | Running | Suspended | Blocked | Complete | Failed, kept by the reconciler
