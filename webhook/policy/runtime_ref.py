@@ -1,7 +1,9 @@
 """Resolving a TrainJob's ``spec.runtimeRef`` against the cluster snapshot (§2.5 items 1-3).
 
 Upstream's messages are kept verbatim, including the capitalised ``spec.RuntimeRef`` path used for a missing
-ClusterTrainingRuntime (a quirk of upstream's code that users and tests already match on).
+ClusterTrainingRuntime (a quirk of upstream's code that users and tests already match on) and the NotFound text
+of controller-runtime's cache reader, which names the Kind, not the resource: ``ClusterTrainingRuntime.trainer.
+kubeflow.org "x" not found`` (an apiserver GET would say ``clustertrainingruntimes.trainer.kubeflow.org``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def runtime_ref(trainjob: Object) -> RuntimeRef:
     )
 
 
+def not_found(kind: str, name: str) -> str:
+    """Upstream's lookup error: its cached client builds the NotFound from the Kind and group (``Kind.group``)."""
+    return f'{kind}.{TRAINER_GROUP} "{name}" not found'
+
+
 @dataclass(frozen=True)
 class Resolved:
     runtime: Object | None
@@ -68,7 +75,7 @@ def resolve_runtime(trainjob: Object, namespace: str, snapshot: ClusterSnapshot)
         if found is None:
             return Resolved(None, (invalid(
                 "spec.runtimeRef", ref.as_dict(),
-                f'trainingruntimes.{TRAINER_GROUP} "{ref.name}" not found: '
+                f'{not_found(TRAINING_RUNTIME, ref.name)}: '
                 "specified trainingRuntime must be created before the TrainJob is created",
             ),))
         return Resolved(found)
@@ -77,7 +84,7 @@ def resolve_runtime(trainjob: Object, namespace: str, snapshot: ClusterSnapshot)
         if found is None:
             return Resolved(None, (invalid(
                 "spec.RuntimeRef", ref.as_dict(),
-                f'clustertrainingruntimes.{TRAINER_GROUP} "{ref.name}" not found: '
+                f'{not_found(CLUSTER_TRAINING_RUNTIME, ref.name)}: '
                 "specified clusterTrainingRuntime must be created before the TrainJob is created",
             ),))
         warnings: tuple[str, ...] = ()

@@ -59,12 +59,12 @@ JOB_CASES = [
     # §2.5 item 2: missing runtimes, with upstream's capitalised spec.RuntimeRef quirk for the cluster kind.
     JobCase("missing-trainingruntime", deny(
         "spec.runtimeRef: Invalid value: ",
-        'trainingruntimes.trainer.kubeflow.org "{rt}" not found: specified trainingRuntime must be created before '
+        'TrainingRuntime.trainer.kubeflow.org "{rt}" not found: specified trainingRuntime must be created before '
         "the TrainJob is created"), runtime={"kind": "TrainingRuntime"}, create_runtime=False,
         job={"kind": "TrainingRuntime"}),
     JobCase("missing-clustertrainingruntime", deny(
         "spec.RuntimeRef: Invalid value: ",
-        'clustertrainingruntimes.trainer.kubeflow.org "{rt}" not found: specified clusterTrainingRuntime must be '
+        'ClusterTrainingRuntime.trainer.kubeflow.org "{rt}" not found: specified clusterTrainingRuntime must be '
         "created before the TrainJob is created"), create_runtime=False),
     JobCase("existing-trainingruntime", Admitted(), runtime={"kind": "TrainingRuntime"}, job={"kind": "TrainingRuntime"}),
     # §2.5 item 3: deprecated runtime -> warning on the TrainJob (and on the runtime's own create, §2.6).

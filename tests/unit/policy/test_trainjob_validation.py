@@ -36,11 +36,11 @@ def test_unsupported_runtime_kind():
     [
         ("missing ClusterTrainingRuntime keeps the capitalised path", trainjob(runtime_name="nope"),
          'spec.RuntimeRef: Invalid value: {"name":"nope","apiGroup":"trainer.kubeflow.org","kind":'
-         '"ClusterTrainingRuntime"}: clustertrainingruntimes.trainer.kubeflow.org "nope" not found: '
+         '"ClusterTrainingRuntime"}: ClusterTrainingRuntime.trainer.kubeflow.org "nope" not found: '
          "specified clusterTrainingRuntime must be created before the TrainJob is created"),
         ("missing TrainingRuntime", trainjob(runtime_name="nope", kind="TrainingRuntime"),
          'spec.runtimeRef: Invalid value: {"name":"nope","apiGroup":"trainer.kubeflow.org","kind":"TrainingRuntime"}: '
-         'trainingruntimes.trainer.kubeflow.org "nope" not found: '
+         'TrainingRuntime.trainer.kubeflow.org "nope" not found: '
          "specified trainingRuntime must be created before the TrainJob is created"),
         ("existing ClusterTrainingRuntime", trainjob(), None),
         ("existing TrainingRuntime in the namespace", trainjob(runtime_name="ns-rt", kind="TrainingRuntime"), None),
