@@ -4,7 +4,10 @@ Validation here is about the runtime's shape and the patches: a TrainJob asking 
 initializer needs the runtime jobs to receive it; a patch may only touch jobs and containers the runtime has,
 may not set env on the containers whose env the TrainJob API owns, and may change only while the job is
 suspended (before or after the update, so Kueue can patch and resume in one request) and while no replicated
-job is still active.
+job is still active. Deliberate difference: upstream checks the patch targets against the template after the
+patches were merged into it, where a patch naming a job or container the runtime lacks has already created it, so
+upstream admits and then builds a job without containers or a container without an image; here the targets are
+checked against the runtime's own template and such a patch is denied (a typo must not silently lose a setting).
 
 Build steps (applied by ``effective``): the trainer layer (image/command/args/env into ``node``), initializer
 env (``STORAGE_URI``, user env, ``envFrom`` secretRef), ``replicas: 1`` on ancestor jobs, and parallelism/
