@@ -2,8 +2,9 @@
 
 Per reconcile, reading only from the watch caches except where a write must be exact:
 
-1. TrainJob gone, being deleted, or ``managedBy`` someone else (MultiKueue) -> nothing to do. Deletion of the
-   children is garbage collection's job (every child has a controller ownerReference).
+1. TrainJob gone or being deleted -> nothing to do. Deletion of the children is garbage collection's job (every
+   child has a controller ownerReference). ``managedBy`` MultiKueue (run on a worker cluster) -> nothing is built;
+   only the ``trainguard.io/state`` label, from the status MultiKueue copies back (``multikueue``).
 2. A runtimeRef kind/group we do not serve -> ``Failed/TrainingRuntimeNotSupported``.
 3. Not finished (no ``Complete=True``/``Failed=True``): the runtime comes from the snapshot ConfigMap
    ``runtime-snapshot-<uid>`` in the controller's own namespace (``webhook.runtime.snapshot``: created once from
@@ -56,6 +57,7 @@ from controller.reconcile import enforcement
 from controller.reconcile import status as st
 from controller.reconcile.events import EventRecorder
 from controller.reconcile.kinds import resource_for
+from controller.reconcile.multikueue import dispatched_state
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,8 @@ class TrainJobReconciler:
         if trainjob is None or (trainjob.get("metadata") or {}).get("deletionTimestamp"):
             return Result()
         if not st.is_managed_by_us(trainjob):
+            # MultiKueue runs it on a worker: nothing is built here, the state label follows the copied status.
+            await self._write_state(trainjob, dispatched_state(trainjob))
             return Result()
         trainjob = _with_type(trainjob)
 

@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -124,6 +124,10 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                      help="threads running policy work off the event loop (default 4)")
     pol.add_argument("--policy-module", default=DEFAULT_POLICY_MODULE,
                      help="module providing the six policy functions (default webhook.policy.pipeline; for tests and extensions)")
+    pol.add_argument("--multikueue-dispatcher", action="append", default=[], metavar="USERNAME",
+                     help="on a MultiKueue worker: the username the manager's MultiKueue kubeconfig authenticates as "
+                          "(repeatable). TrainJobs it creates with Kueue's multikueue-origin label keep the manager's "
+                          "policy decisions; this cluster's policies still validate them (default: none)")
     add_dataset_cache_source_flags(parser)
 
     certs = parser.add_argument_group("certificates")
@@ -264,8 +268,9 @@ async def serve(args: argparse.Namespace) -> int:
             background.append(asyncio.create_task(rotator.run()))
 
         handler = AdmissionHandler(
-            routes, with_dataset_cache_sources(caches.snapshot, dataset_cache_sources(args)), metrics,
-            settings,
+            routes, with_admin_settings(caches.snapshot, dataset_cache_sources=dataset_cache_sources(args),
+                                        multikueue_dispatchers=frozenset(args.multikueue_dispatcher)),
+            metrics, settings,
         )
         https = handler.runner()
         await https.setup()
@@ -287,20 +292,24 @@ async def serve(args: argparse.Namespace) -> int:
         await kube.close()
 
 
-def with_dataset_cache_sources(
-    snapshot: Callable[[], ClusterSnapshot], sources: DatasetCacheSources,
-) -> Callable[[], ClusterSnapshot]:
-    """``snapshot`` with the admin's DatasetCache source setting (from flags, not from the cluster) filled in; the
-    copy is made once per cache change, not per request."""
+def with_admin_settings(snapshot: Callable[[], ClusterSnapshot], **settings: Any) -> Callable[[], ClusterSnapshot]:
+    """``snapshot`` with the admin's settings (from flags, not from the cluster: the DatasetCache sources, the
+    MultiKueue dispatchers) filled in; the copy is made once per cache change, not per request."""
     last: list[ClusterSnapshot | None] = [None, None]
 
     def current() -> ClusterSnapshot:
         base = snapshot()
         if base is not last[0]:
-            last[0], last[1] = base, replace(base, dataset_cache_sources=sources)
+            last[0], last[1] = base, replace(base, **settings)
         return last[1]  # type: ignore[return-value]
 
     return current
+
+
+def with_dataset_cache_sources(
+    snapshot: Callable[[], ClusterSnapshot], sources: DatasetCacheSources,
+) -> Callable[[], ClusterSnapshot]:
+    return with_admin_settings(snapshot, dataset_cache_sources=sources)
 
 
 async def _return_memory(memory: MemoryReturner, site: GatedSite, handler: AdmissionHandler) -> None:

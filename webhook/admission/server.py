@@ -266,6 +266,7 @@ class AdmissionHandler:
             now=self.clock(),
             dry_run=req.dry_run,
             namespace=req.namespace,
+            username=str(req.user_info.get("username") or ""),
         )
         try:
             verdict = bound.decide(admission, snapshot if snapshot is not None else self.snapshot())

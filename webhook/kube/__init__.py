@@ -35,7 +35,7 @@ Informer (one resource type; ``namespace=None`` means all namespaces)::
 Handlers see ADDED / MODIFIED (with ``old``) / DELETED; after a relist only the differences are emitted, and a
 handler added late first receives ADDED for everything already cached.
 
-Cluster snapshot for admission (the seven ``ClusterSnapshot`` fields of ``webhook.policy.verdict``)::
+Cluster snapshot for admission (the ``ClusterSnapshot`` fields of ``webhook.policy.verdict``)::
 
     caches = ClusterCaches(kube); caches.start(); await caches.wait_synced()
     snapshot = caches.snapshot()    # cheap; rebuilt only for caches that changed

@@ -12,6 +12,9 @@ The loop is client-go's reflector in miniature:
   The backoff resets only when a watch delivers something, not when a list succeeds, so a list that works
   followed by a watch that fails at once still backs off. An unexpected exception (a bug, a malformed frame) is
   logged and retried the same way: the loop never dies while ``synced`` stays set over a cache that stopped.
+* ``absent_ok``: a type the apiserver does not serve (404 on list or watch: an optional CRD, e.g. Kueue's, not
+  installed) is an empty, synced cache that keeps looking with the same backoff, so an optional kind never holds
+  readiness back and is picked up once its CRD is installed.
 
 Handlers are plain functions called with a ``CacheEvent`` after the store has changed, in the event loop; they must
 not block (the reconciler's work queue only records a key). A handler that raises is logged and skipped.
@@ -28,7 +31,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, P
 import aiohttp
 
 from webhook.kube.client import WatchEvent
-from webhook.kube.errors import ApiError, Gone
+from webhook.kube.errors import ApiError, Gone, NotFound
 from webhook.kube.resources import Resource
 
 Object = dict[str, Any]
@@ -113,8 +116,12 @@ class Informer:
         backoff: Backoff | None = None,
         watch_timeout_seconds: int = 300,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        absent_ok: bool = False,
     ) -> None:
         self.resource = resource
+        self.absent_ok = absent_ok
+        # True while the apiserver answers 404 for the type itself (``absent_ok`` only).
+        self.absent = False
         self.namespace = namespace
         self.label_selector = label_selector
         self._source = source
@@ -182,6 +189,7 @@ class Informer:
                     )
                     self._replace(items, rv)
                     need_list = False
+                    self.absent = False
                     self.synced.set()
                 received = 0
                 async for event in self._source.watch(
@@ -210,6 +218,10 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                if isinstance(e, NotFound) and self.absent_ok:
+                    need_list = True
+                    await self._absent(e)
+                    continue
                 self.failures += 1
                 delay = self._backoff.next_delay()
                 log.warning("%s: list/watch failed (%s: %s); retrying in %.2fs", self.resource.plural, type(e).__name__, e, delay)
@@ -219,6 +231,15 @@ class Informer:
                 delay = self._backoff.next_delay()
                 log.exception("%s: unexpected list/watch failure; retrying in %.2fs", self.resource.plural, delay)
                 await self._sleep(delay)
+
+    async def _absent(self, err: NotFound) -> None:
+        """The type is not served: an empty, synced cache; look again after the backoff."""
+        if not self.absent:
+            log.info("%s: not served by the apiserver (%s); an empty cache until it is", self.resource.plural, err.message)
+            self.absent = True
+            self._replace([], "")
+        self.synced.set()
+        await self._sleep(self._backoff.next_delay())
 
     # ---- store updates ---------------------------------------------------------------------------------
 

@@ -57,3 +57,7 @@ CLUSTER_TRAINING_RUNTIMES = Resource(
 TRAINJOB_POLICIES = Resource("trainguard.io", "v1alpha1", "trainjobpolicies", "TrainJobPolicy", namespaced=False)
 DATASET_CACHES = Resource("trainguard.io", "v1alpha1", "datasetcaches", "DatasetCache")
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+# Kueue's queueing objects (optional: Kueue may not be installed); read in their storage version.
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)

@@ -49,6 +49,44 @@ def _name_only(obj: Object) -> Object:
     return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
 
 
+# Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (webhook.policy.multikueue).
+def _local_queue_target(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+            "spec": {"clusterQueue": spec.get("clusterQueue")}}
+
+
+def _cluster_queue_checks(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    strategy = spec.get("admissionChecksStrategy") if isinstance(spec.get("admissionChecksStrategy"), dict) else {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
+            "spec": {"admissionChecksStrategy": {"admissionChecks": strategy.get("admissionChecks") or []}}}
+
+
+def _admission_check_controller(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
+            "spec": {"controllerName": spec.get("controllerName")}}
+
+
+def _cluster_queues_by_local_queue(inf: Informer) -> Mapping[tuple[str, str], str]:
+    return MappingProxyType({key: str(q) for key, obj in inf.items() if (q := (obj.get("spec") or {}).get("clusterQueue"))})
+
+
+def _checks_by_cluster_queue(inf: Informer) -> Mapping[str, tuple[str, ...]]:
+    return MappingProxyType({
+        name: tuple(str(c.get("name")) for c in (obj.get("spec") or {}).get("admissionChecksStrategy", {}).get("admissionChecks") or []
+                    if isinstance(c, dict) and c.get("name"))
+        for (_, name), obj in inf.items()})
+
+
+def _controllers_by_admission_check(inf: Informer) -> Mapping[str, str]:
+    return MappingProxyType({name: str((obj.get("spec") or {}).get("controllerName") or "") for (_, name), obj in inf.items()})
+
+
 @dataclass(frozen=True)
 class SnapshotField:
     """How one ``ClusterSnapshot`` field is fed: from which resource, trimmed how, and shaped how."""
@@ -57,6 +95,8 @@ class SnapshotField:
     resource: Resource
     build: Callable[[Informer], Any]
     transform: Callable[[Object], Object] = strip_managed_fields
+    # The kind's CRD may be missing (Kueue not installed): an empty field, never a readiness blocker.
+    optional: bool = False
 
 
 SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
@@ -67,6 +107,10 @@ SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
     SnapshotField("dataset_caches", r.DATASET_CACHES, _by_key),
     SnapshotField("jobsets", r.JOBSETS, _by_key),
     SnapshotField("priority_classes", r.PRIORITY_CLASSES, _names, _name_only),
+    SnapshotField("kueue_local_queues", r.LOCAL_QUEUES, _cluster_queues_by_local_queue, _local_queue_target, True),
+    SnapshotField("kueue_cluster_queues", r.CLUSTER_QUEUES, _checks_by_cluster_queue, _cluster_queue_checks, True),
+    SnapshotField("kueue_admission_checks", r.ADMISSION_CHECKS, _controllers_by_admission_check,
+                  _admission_check_controller, True),
 )
 
 
@@ -93,7 +137,8 @@ class ClusterCaches:
             raise ValueError(f"shared informers for fields that are not snapshotted: {sorted(unknown)}")
         self._owned: dict[str, Informer] = {
             f.name: Informer(
-                source, f.resource, transform=f.transform, backoff=backoff(), watch_timeout_seconds=watch_timeout_seconds
+                source, f.resource, transform=f.transform, backoff=backoff(), watch_timeout_seconds=watch_timeout_seconds,
+                absent_ok=f.optional,
             )
             for f in self.fields
             if f.name not in shared

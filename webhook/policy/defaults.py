@@ -237,7 +237,8 @@ def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Po
     deadline = first_set(policies, lambda p: p.spec.defaults.active_deadline_seconds)[0]
     if deadline is not None and spec.get("activeDeadlineSeconds") is None:
         spec["activeDeadlineSeconds"] = deadline
-    if labels.get(KUEUE_QUEUE_LABEL) and spec.get("managedBy") != "kueue.x-k8s.io/multikueue":
+    if labels.get(KUEUE_QUEUE_LABEL):
+        # As Kueue's WorkloadShouldBeSuspended: every job with a queue name, MultiKueue's included.
         spec["suspend"] = True
 
 

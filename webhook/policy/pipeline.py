@@ -10,7 +10,8 @@ rule runs, mutating webhook included.
 ``mutate_trainjob`` (mutating webhook; denies only at the door):
   1. CREATE only: resolve the runtime, match TrainJobPolicies (``matching``), compute the effective job through
      ``webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
-     ``trainguard.io/policy`` runtimePatch with topology hints;
+     ``trainguard.io/policy`` runtimePatch with topology hints; then MultiKueue's ``managedBy`` for a queue that
+     dispatches to worker clusters (``multikueue``); nothing for a MultiKueue copy on a worker (``multikueue``);
   UPDATE only: an update that drops the ``trainguard.io/policy`` runtimePatch gets the old entry back, unchanged
      (``kubectl apply`` of the user's own manifest replaces the whole runtimePatches list, which would silently
      undo the policy decision on a suspended job and be refused as a patch change on a running one);
@@ -41,7 +42,7 @@ import copy
 from typing import Any
 
 from webhook.field import FieldError, aggregate
-from webhook.policy import agent_identity, dataset_cache, framework, runtime_rules
+from webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
 from webhook.policy.defaults import POLICY_MANAGER, apply_policies
 from webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
 from webhook.policy.matching import matching_policies, parse_all
@@ -101,13 +102,15 @@ def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdic
             runtime = resolve_runtime(obj, namespace, snapshot).runtime
         except UnsupportedRuntime:
             runtime = None  # the validating webhook refuses it with upstream's message
-        if runtime is not None:
+        # A MultiKueue copy on a worker keeps the manager's policy decisions as they are (``multikueue``).
+        if runtime is not None and not multikueue.is_dispatched_copy(review, snapshot):
             policies, problems = parse_all(snapshot.policies)
             warnings += problems
             matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
             if matched:
                 effective = framework.effective_job_or_none(obj, runtime)
                 obj = apply_policies(obj, runtime, effective, matched)
+                obj = multikueue.default_managed_by(obj, namespace, snapshot)
     elif review.old_obj is not None:
         obj = _keep_policy_patch(obj, review.old_obj)
     obj = stamp_runtime_patches(obj, review.old_obj, review.now)

@@ -39,6 +39,16 @@ class ClusterSnapshot:
     # Where DatasetCaches may read from: the admin's setting (webhook flags), not a watched object, so no namespace
     # user can write it. The default refuses every hostPath source.
     dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()
+    # Kueue's queues, for MultiKueue's managedBy defaulting (``multikueue``); empty where Kueue is not installed.
+    # (namespace, LocalQueue name) -> the LocalQueue's ClusterQueue
+    kueue_local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # ClusterQueue name -> the names of its AdmissionChecks
+    kueue_cluster_queues: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # AdmissionCheck name -> its controllerName
+    kueue_admission_checks: Mapping[str, str] = field(default_factory=dict)
+    # On a MultiKueue worker: the usernames MultiKueue's kubeconfigs authenticate as. The admin's setting (webhook
+    # flag), not a watched object: only a TrainJob these users create can be taken as a manager's copy.
+    multikueue_dispatchers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class AdmissionInput:
     now: datetime
     dry_run: bool = False
     namespace: str = ""
+    # The requester's ``userInfo.username``: read only to tell MultiKueue's copies from users' objects.
+    username: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""ClusterCaches: the seven ClusterSnapshot fields built from informers, rebuilt only when a cache changed."""
+"""ClusterCaches: the ClusterSnapshot fields built from informers, rebuilt only when a cache changed."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def scripted() -> PerResourceSource:
     src.of(r.DATASET_CACHES).lists.append(([obj("imagenet", "5", "team-a")], "5"))
     src.of(r.JOBSETS).lists.append(([obj("job", "6", "team-a", status={"replicatedJobsStatus": []})], "6"))
     src.of(r.PRIORITY_CLASSES).lists.append(([obj("high", "7"), obj("low", "8")], "8"))
+    src.of(r.LOCAL_QUEUES).lists.append(([obj("gpu", "9", "team-a", spec={"clusterQueue": "cq", "stopPolicy": "None"})], "9"))
+    src.of(r.CLUSTER_QUEUES).lists.append(([obj("cq", "10", spec={"admissionChecksStrategy": {"admissionChecks": [
+        {"name": "mk"}, {"name": "prov", "onFlavors": ["a"]}]}, "resourceGroups": []})], "10"))
+    src.of(r.ADMISSION_CHECKS).lists.append(([obj("mk", "11", spec={"controllerName": "kueue.x-k8s.io/multikueue",
+                                                                    "parameters": {"name": "cfg"}})], "11"))
     return src
 
 
@@ -56,6 +61,9 @@ async def test_snapshot_fields_come_from_the_caches() -> None:
     assert ("team-a", "imagenet") in snap.dataset_caches
     assert ("team-a", "job") in snap.jobsets
     assert snap.priority_classes == frozenset({"high", "low"})
+    assert dict(snap.kueue_local_queues) == {("team-a", "gpu"): "cq"}
+    assert dict(snap.kueue_cluster_queues) == {"cq": ("mk", "prov")}
+    assert dict(snap.kueue_admission_checks) == {"mk": "kueue.x-k8s.io/multikueue"}
 
 
 async def test_snapshot_is_reused_until_a_cache_changes() -> None:
@@ -95,3 +103,25 @@ async def test_namespace_cache_keeps_only_labels() -> None:
     stored = caches.informers["namespace_labels"].get("team-a")
     await caches.stop()
     assert stored == {"metadata": {"name": "team-a", "labels": {"tier": "gold"}, "resourceVersion": "4"}}
+
+
+async def test_kueue_kinds_not_served_are_empty_and_do_not_hold_readiness() -> None:
+    """A cluster without Kueue: 404 for its kinds is an empty, synced cache that keeps looking."""
+    from webhook.kube.errors import NotFound
+
+    src = scripted()
+    for res in (r.LOCAL_QUEUES, r.CLUSTER_QUEUES, r.ADMISSION_CHECKS):
+        src.of(res).lists.clear()
+        src.of(res).lists.extend([NotFound(404, "NotFound", "the server could not find the requested resource")] * 50)
+    caches = ClusterCaches(src, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
+    caches.start()
+    await asyncio.wait_for(caches.wait_synced(), 10)
+    snap = caches.snapshot()
+    await asyncio.sleep(0.1)
+    retried = src.of(r.LOCAL_QUEUES).list_calls
+    await caches.stop()
+    assert caches.synced and all(caches.sync_state().values())
+    assert caches.informers["kueue_local_queues"].absent
+    assert snap.kueue_local_queues == {} and snap.kueue_admission_checks == {}
+    assert retried > 1, "an absent kind is looked for again (Kueue installed later)"
+    assert not caches.informers["priority_classes"].absent_ok, "only Kueue's kinds are optional"

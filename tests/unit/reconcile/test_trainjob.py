@@ -121,7 +121,9 @@ def reconciler(job: dict | None, *, rt: dict | None = None, snapshots=(), jobset
 
 
 async def test_other_manager_is_left_untouched() -> None:
-    r, kube, events = reconciler(trainjob(managedBy="kueue.x-k8s.io/multikueue"), rt=runtime())
+    """MultiKueue's job: nothing built, no event; only the state label (tests/unit/reconcile/test_multikueue_phase.py)."""
+    r, kube, events = reconciler(trainjob(managedBy="kueue.x-k8s.io/multikueue", labels={st.STATE_LABEL: "Created"}),
+                                 rt=runtime())
     await r.reconcile("ns", "job")
     assert kube.calls == [] and events.events == []
 
