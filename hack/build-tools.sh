@@ -5,9 +5,13 @@
 # the repo:
 #   ${TRAINGUARD_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/bin/<version>}
 # Idempotent: whatever is already there is skipped. Prints the directory as its last line.
+# trainer-manager (upstream Kubeflow Trainer's own manager, the parity suite's peer) goes to a directory of its own,
+#   ${TRAINGUARD_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/peer/trainer-<version>_<sha8 of its go.mod>}
+# so that pinning it does not change the key of the directory above; its CRDs, runtimes and examples are read from
+# the Go module cache at run time (tests/parity/), not copied.
 #
 # usage: hack/build-tools.sh [all|control-plane|e2e|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
-#        kube-scheduler kubectl etcd helm crds openapi kwok jobset kueue; default: all)
+#        kube-scheduler kubectl etcd helm crds openapi kwok jobset kueue trainer-manager; default: all)
 #   e2e: what hack/e2e-cluster.sh runs (the control plane plus kube-controller-manager, kube-scheduler, kwok and
 #        the JobSet controller); kwok also copies its upstream Stage manifests, jobset its webhook and RBAC config.
 set -euo pipefail
@@ -22,22 +26,24 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 bin_dir=$(trainguard_bin_dir)
+peer_dir=$(trainguard_peer_dir)
 mkdir -p "$bin_dir"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath" GOTOOLCHAIN=local
 
 log() { printf 'build-tools: %s\n' "$*" >&2; }
 
-# build MODULE_DIR OUTPUT PACKAGE: go build one command into the cache, timing it.
+# build MODULE_DIR OUTPUT PACKAGE [DIR]: go build one command into the cache (DIR, default $bin_dir), timing it.
 build() {
-  local mod=$1 out=$2 pkg=$3
-  if [[ -x "$bin_dir/$out" ]]; then log "$out: cached"; return; fi
+  local mod=$1 out=$2 pkg=$3 dir=${4:-$bin_dir}
+  if [[ -x "$dir/$out" ]]; then log "$out: cached"; return; fi
   log "$out: building $pkg (module hack/tools/$mod) ..."
   local start=$SECONDS
   # Kubernetes binaries report their version (/version, kubectl version): unstamped they say v0.0.0-master+$Format:%H$,
   # which version-checking clients cannot parse (Kueue's manager exits on it).
   local ldflags='-s -w'; [[ $mod != kubernetes ]] || ldflags+=" -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
-  (cd "$here/tools/$mod" && go build -ldflags="$ldflags" -o "$bin_dir/$out.tmp" "$pkg")
-  mv "$bin_dir/$out.tmp" "$bin_dir/$out"
+  mkdir -p "$dir"
+  (cd "$here/tools/$mod" && go build -ldflags="$ldflags" -o "$dir/$out.tmp" "$pkg")
+  mv "$dir/$out.tmp" "$dir/$out"
   log "$out: built in $((SECONDS - start)) s"
 }
 
@@ -103,6 +109,10 @@ one() {
     jobset)
       build jobset jobset-controller sigs.k8s.io/jobset
       copy_from_module jobset sigs.k8s.io/jobset jobset-manifests config/components/webhook config/components/rbac ;;
+    trainer-manager)
+      build trainer trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "$peer_dir"
+      # the module's own files (CRDs, runtimes, examples) are read from the module cache: make sure it holds them
+      module_dir trainer github.com/kubeflow/trainer/v2 >/dev/null ;;
     *) echo "build-tools: unknown tool '$1'" >&2; exit 2 ;;
   esac
 }
@@ -113,7 +123,7 @@ total_start=$SECONDS
 for t in "${targets[@]}"; do
   case $t in
     # everything `make test` runs (up front, so a cold build never happens inside a test fixture)
-    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler kwok jobset kueue; do one "$x"; done ;;
+    all) for x in etcd kube-apiserver kubectl helm crds openapi kube-controller-manager kube-scheduler kwok jobset kueue trainer-manager; do one "$x"; done ;;
     control-plane) for x in etcd kube-apiserver kubectl crds openapi; do one "$x"; done ;;
     e2e) for x in etcd kube-apiserver kubectl crds openapi kube-controller-manager kube-scheduler kwok jobset; do one "$x"; done ;;
     *) one "$t" ;;
