@@ -22,6 +22,8 @@ class BuildError(ValueError):
 
 
 ML_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
+# Draft fact: the trainer's ``node`` container args before ``spec.trainer`` overrode them (Flux keeps them).
+RUNTIME_NODE_ARGS = "runtime_node_args"
 
 
 def as_object(obj: Any) -> dict:
@@ -238,6 +240,7 @@ def is_launcher_as_node(draft: Draft) -> bool:
 
 
 __all__ = [
+    "RUNTIME_NODE_ARGS",
     "BuildError",
     "Draft",
     "ancestor_of",

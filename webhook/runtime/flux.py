@@ -1,22 +1,26 @@
 """Flux ML policy (reference §2.5 Flux, §3.6): run the trainer inside a Flux instance spanning the node pods.
 
 An init container copies a Flux install (the "flux view" image) into a shared emptyDir; the ``node`` container
-is rewritten to ``/bin/bash /etc/flux-config/entrypoint.sh "<original command and args>"``; the lead pod
-(``<job>-node-0-0``) runs ``flux run -N <nodes> -n <nodes×tasks> [-g <gpus>]``, the others join as brokers.
+is rewritten to ``/bin/bash /etc/flux-config/entrypoint.sh "<command and the TrainJob's args>"`` (the runtime's own
+args stay on the container, as upstream leaves them); the lead pod (``<job>-node-0-0``) runs
+``flux run -N <nodes> -n <nodes×tasks> [-g <gpus>]``, the others join as brokers. Volumes and mounts are upstream's
+(the in-memory ``shared-memory`` emptyDir is mounted read-only on ``/dev/shm``, as upstream mounts it).
 Settings ``FLUX_VIEW_IMAGE``, ``FLUX_NETWORK_DEVICE``, ``FLUX_QUEUE_POLICY`` may be overridden by env on the
-runtime's node container, then by ``trainer.env``. Objects: ConfigMap ``<job>-flux-entrypoint`` (two scripts,
-written for trainguard) and Secret ``<job>-flux-curve`` (the broker CURVE certificate, created once).
-Unlike upstream, a TrainJob without ``spec.trainer.numNodes`` uses the trainer job's pod count instead of failing.
+runtime's node container, then by ``trainer.env``. Objects: ConfigMap ``<job>-flux-entrypoint`` (``init.sh`` and
+``entrypoint.sh``: upstream's templates from ``flux_scripts`` filled as upstream fills them) and Secret
+``<job>-flux-curve`` (the broker CURVE certificate; random and created once, where upstream derives it from the
+TrainJob's UID, see ``keys``). Unlike upstream, a TrainJob without ``spec.trainer.numNodes`` (or without
+``spec.trainer``) uses the trainer job's pod count instead of failing. The GPU count for ``-g`` is read from the
+merged node container (README: upstream bug #3974).
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, Mapping
 
 from webhook.field import FieldError, invalid
-from webhook.runtime import plain
-from webhook.runtime.draft import Draft, pod_spec, upsert_into_container, upsert_volumes
+from webhook.runtime import flux_scripts, plain
+from webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, pod_spec, upsert_into_container, upsert_volumes
 from webhook.runtime.keys import KeySource
 from webhook.runtime.merge import upsert
 from webhook.runtime.names import NODE
@@ -33,7 +37,9 @@ INSTALL_VOLUME, INSTALL_PATH = "flux-install", "/mnt/flux"
 VIEW_VOLUME, VIEW_PATH = "spack-install", "/opt/software"
 CONFIG_PATH = "/etc/flux-config"
 CURVE_VOLUME, CURVE_PATH = "flux-curve", "/curve"
-MEMORY_VOLUME, MEMORY_PATH = "flux-memory", "/dev/shm"
+MEMORY_VOLUME, MEMORY_PATH = "shared-memory", "/dev/shm"
+# Where the installer image keeps its Flux view.
+VIEW_ROOT = "/opt/view"
 
 
 def entrypoint_name(job: str) -> str:
@@ -66,13 +72,24 @@ def validate(draft: Draft) -> list[FieldError]:
 
 
 def settings(draft: Draft) -> dict[str, str]:
+    """Upstream's broker settings: defaults, then the runtime node container's literal values, then the TrainJob's
+    env, whose entries win even without a literal value (upstream reads ``Value``, empty for ``valueFrom``)."""
     out = dict(DEFAULT_SETTINGS)
     runtime_node = draft.container(draft.trainer_job(), NODE) or {}
-    for source in (runtime_node.get("env") or [], (draft.trainer or {}).get("env") or []):
-        for e in source:
-            if e.get("name") in out and e.get("value") is not None:
-                out[e["name"]] = e["value"]
+    for e in runtime_node.get("env") or []:
+        if e.get("name") in out and e.get("value") is not None:
+            out[e["name"]] = e["value"]
+    for e in (draft.trainer or {}).get("env") or []:
+        if e.get("name") in out:
+            out[e["name"]] = e.get("value") or ""
     return out
+
+
+def original_command(draft: Draft, node: Mapping[str, Any]) -> str:
+    """What Flux runs, as upstream joins it: the node command (the TrainJob's, else the runtime's) and the
+    TrainJob's args; the runtime's own args are not part of it (they stay on the container, see ``enforce``)."""
+    args = (draft.trainer or {}).get("args") or []
+    return " ".join([*(node.get("command") or []), *args]).strip()
 
 
 def enforce(draft: Draft) -> None:
@@ -83,12 +100,17 @@ def enforce(draft: Draft) -> None:
     draft.facts["flux_settings"] = settings(draft)
     config_map = entrypoint_name(draft.name)
     node = draft.container(rj, NODE) or {}
-    original = " ".join([*(node.get("command") or []), *(node.get("args") or [])]).strip()
+    original = original_command(draft, node)
     draft.facts["flux_original_command"] = original
+    # Upstream rewrites the TrainJob's command and clears its args, so the JobSet keeps the runtime's args: bash
+    # passes them to the entrypoint after the wrapped command (its ``command="$@"``).
+    runtime_args = draft.facts.get(RUNTIME_NODE_ARGS, node.get("args"))
 
     def wrap(c: dict) -> dict:
         out = {k: v for k, v in c.items() if k != "args"}
         out["command"] = ["/bin/bash", f"{CONFIG_PATH}/entrypoint.sh", original]
+        if runtime_args is not None:
+            out["args"] = runtime_args
         return out
 
     draft.edit_container(rj, NODE, wrap)
@@ -122,7 +144,7 @@ def enforce(draft: Draft) -> None:
             {"name": VIEW_VOLUME, "mountPath": VIEW_PATH},
             {"name": config_map, "mountPath": CONFIG_PATH, "readOnly": True},
             {"name": CURVE_VOLUME, "mountPath": CURVE_PATH, "readOnly": True},
-            {"name": MEMORY_VOLUME, "mountPath": MEMORY_PATH},
+            {"name": MEMORY_VOLUME, "mountPath": MEMORY_PATH, "readOnly": True},
         ],
     )
 
@@ -146,77 +168,27 @@ def run_flags(draft: Draft) -> tuple[str, str]:
 
 def broker_config(draft: Draft, hosts: str) -> str:
     s = draft.facts["flux_settings"]
+    # Upstream connects through the TrainJob-name subdomain whatever network.subdomain says.
     fqdn = f"{draft.name}.{draft.namespace}.svc.cluster.local"
-    return "\n".join(
-        [
-            "[exec]",
-            'imp = ""',
-            "[access]",
-            "allow-guest-user = true",
-            "allow-root-owner = true",
-            "[bootstrap]",
-            f'curve_cert = "{INSTALL_PATH}/config/etc/curve/curve.cert"',
-            "default_port = 8050",
-            f'default_bind = "tcp://{s["FLUX_NETWORK_DEVICE"]}:%p"',
-            f'default_connect = "tcp://%h.{fqdn}:%p"',
-            f'hosts = [{{ host = "{hosts}" }}]',
-            "[sched-fluxion-qmanager]",
-            f'queue-policy = "{s["FLUX_QUEUE_POLICY"]}"',
-        ]
+    return flux_scripts.BROKER_TOML % (
+        f"tcp://{s['FLUX_NETWORK_DEVICE']}:%p",
+        f"tcp://%h.{fqdn}:%p",
+        hosts,
+        s["FLUX_QUEUE_POLICY"],
     )
 
 
 def init_script(draft: Draft) -> str:
     """Runs in the installer: publish the Flux view and the broker config into the shared volume."""
     hosts = f"{draft.name}-{NODE}-0-[{_range(draft.counts.get(NODE, 1))}]"
-    root = f"{INSTALL_PATH}/config"
-    return f"""#!/bin/bash
-# Written by trainguard: prepares Flux for TrainJob {draft.name}.
-set -euo pipefail
-root={root}
-mkdir -p "$root/etc/flux/system/cron.d" "$root/etc/flux/config" "$root/var/lib/flux" "$root/run/flux" "$root/etc/curve"
-echo {shlex.quote(hosts)} > "$root/etc/flux/system/hostlist"
-cat > "$root/etc/flux/config/broker.toml" <<'TOML'
-{broker_config(draft, hosts)}
-TOML
-view=$(ls -d /opt/views/._view/* | head -n1)
-mkdir -p {INSTALL_PATH}/view
-cp -R "$view"/* {INSTALL_PATH}/view/
-cp -R /opt/software {INSTALL_PATH}/
-touch {INSTALL_PATH}/flux-view-ready
-"""
+    # Upstream's "main host" here is ``<job>-0`` (the script only echoes it), unlike the entrypoint's.
+    return flux_scripts.INIT_SH % (VIEW_ROOT, f"{draft.name}-0", hosts, broker_config(draft, hosts))
 
 
 def entrypoint_script(draft: Draft) -> str:
     """Runs in the node container: the lead broker runs the command under Flux, the others serve as brokers."""
     flags, resources = run_flags(draft)
-    lead = f"{draft.name}-{NODE}-0-0"
-    root = f"{INSTALL_PATH}/config"
-    return f"""#!/bin/bash
-# Written by trainguard: runs the TrainJob command under Flux ({flags}).
-view={INSTALL_PATH}/view
-export PATH="$PATH:$view/bin"
-cp -R {INSTALL_PATH}/software/* {VIEW_PATH}/ 2>/dev/null || true
-python_root=$(find "$view/lib" -maxdepth 1 -type d -name 'python3*' | head -n1)
-export PYTHONPATH="${{PYTHONPATH:-}}:$python_root/site-packages"
-export LD_LIBRARY_PATH="${{LD_LIBRARY_PATH:-}}:$view/lib"
-cp {CURVE_PATH}/curve.cert {root}/etc/curve/curve.cert
-chmod go-r {root}/etc/curve/curve.cert
-hosts=$(cat {root}/etc/flux/system/hostlist)
-flux R encode --hosts="$hosts" {resources} > {root}/etc/flux/system/R
-options="-Scron.directory={root}/etc/flux/system/cron.d -Srundir={root}/run/flux -Sstatedir={root}/var/lib/flux -Slocal-uri=local://{root}/run/flux/local -Slog-stderr-level=0"
-command="$*"
-if [ "$(hostname)" = "{lead}" ]; then
-  if [ -z "$command" ]; then
-    exec flux broker --config-path {root}/etc/flux/config $options
-  fi
-  exec flux start -o --config {root}/etc/flux/config $options flux run {flags} $command
-fi
-until flux start -o --config {root}/etc/flux/config $options; do
-  echo "Flux follower exited with $?; retrying in 15s"
-  sleep 15
-done
-"""
+    return flux_scripts.ENTRYPOINT_SH % (resources, f"{draft.name}-{NODE}-0-0", flags)
 
 
 def build(draft: Draft, trainjob: Mapping[str, Any], *, keys: KeySource, secret_exists: bool) -> list[dict]:

@@ -21,7 +21,7 @@ import re
 from typing import Any, Mapping
 
 from webhook.field import FieldError, forbidden, internal, invalid, required
-from webhook.runtime.draft import Draft, ancestor_of, pod_spec, resources_targets, runtime_patches
+from webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, ancestor_of, pod_spec, resources_targets, runtime_patches
 from webhook.runtime.merge import override_container, patch_template, upsert
 from webhook.runtime.names import (
     ANCESTOR_DATASET_INITIALIZER,
@@ -175,6 +175,7 @@ def apply_trainer(draft: Draft) -> None:
         return
     trainer_rj = draft.trainer_job()
     if trainer_rj is not None:
+        draft.facts[RUNTIME_NODE_ARGS] = (draft.container(trainer_rj, NODE) or {}).get("args")
         draft.edit_container(
             trainer_rj,
             NODE,

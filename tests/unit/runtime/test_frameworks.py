@@ -83,13 +83,14 @@ def test_flux_wraps_command_and_adds_installer():
     js, cm, secret = objects(trainjob("hpc", trainer={"numNodes": 4, "numProcPerNode": 2}), _flux_runtime())
     node = rjob(js, "node")
     c = container(node)
-    assert c["command"] == ["/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp -in in.reaxff"] and "args" not in c
+    # The runtime's args stay on the container, as upstream leaves them (tests/unit/runtime/test_flux_upstream.py).
+    assert c["command"] == ["/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp"] and c["args"] == ["-in", "in.reaxff"]
     installer = pod(node)["initContainers"][0]
     assert installer["name"] == "flux-installer" and installer["image"] == "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"
-    assert {v["name"] for v in pod(node)["volumes"]} == {"spack-install", "flux-install", "hpc-flux-entrypoint", "flux-memory", "flux-curve"}
+    assert {v["name"] for v in pod(node)["volumes"]} == {"spack-install", "flux-install", "hpc-flux-entrypoint", "shared-memory", "flux-curve"}
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/mnt/flux", "/opt/software", "/etc/flux-config", "/curve", "/dev/shm"}
     assert cm["metadata"]["name"] == "hpc-flux-entrypoint" and set(cm["data"]) == {"entrypoint.sh", "init.sh"}
-    assert "flux run -N 4 -n 8 -g 2" in cm["data"]["entrypoint.sh"]
+    assert 'flags="-N 4 -n 8 -g 2  "' in cm["data"]["entrypoint.sh"]
     assert "--cores=0-1 --gpu=0-1" in cm["data"]["entrypoint.sh"]
     assert "hpc-node-0-[0-3]" in cm["data"]["init.sh"] and 'queue-policy = "fcfs"' in cm["data"]["init.sh"]
     assert secret["metadata"]["name"] == "hpc-flux-curve"
