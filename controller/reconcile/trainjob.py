@@ -13,7 +13,10 @@ Per reconcile, reading only from the watch caches except where a write must be e
    ``<job>-runtime-snapshot`` in the user's namespace is never read). Before a JobSet is created or resumed the
    TrainJob must pass the Enforce policies (``enforcement``); a denied job is Blocked and nothing is built for it.
    ``webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
-   identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force.
+   identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force,
+   in ``apply_order``: the JobSet's dependants (MPI Secret and hostfile, PodGroup, Flux objects) first, the JobSet
+   last. The first write the apiserver refuses (a PodGroup whose CRD is not installed) stops the reconcile: nothing
+   after it is written, so no JobSet runs without its gang PodGroup; it is reported and retried like a build failure.
    Secrets (MPI SSH key, Flux CURVE) are only ever created, AlreadyExists meaning done: key material is never
    overwritten, and the controller needs no right to read Secrets (it remembers which ones it has made sure of).
    The build itself omits a running JobSet (never mutated) and frozen PodGroups; a resume re-applies the whole
@@ -38,13 +41,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 
 from webhook.kube.client import KubeClient
-from webhook.kube.errors import AlreadyExists, Conflict, NotFound
+from webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS
 from webhook.policy.verdict import ClusterSnapshot
 from webhook.runtime import (
     BuildError,
     ExistingObjects,
     InvalidRuntimeSnapshot,
+    apply_order,
     build_objects,
     build_runtime_snapshot,
     generated_keys,
@@ -107,6 +111,23 @@ class RuntimeNotFound(Exception):
     pass
 
 
+class ObjectWriteFailed(Exception):
+    """The apiserver refused one of the TrainJob's objects; nothing after it in ``apply_order`` was written."""
+
+    def __init__(self, obj: Mapping[str, Any], err: ApiError) -> None:
+        super().__init__(write_failure_message(obj, err))
+
+
+def write_failure_message(obj: Mapping[str, Any], err: ApiError) -> str:
+    """The error as upstream's event carries it. A write never gets a 404 for the object itself (apply creates
+    it), so a 404 means the apiserver does not serve the kind (its CRD is not installed): upstream's client says
+    so in its REST mapper's words."""
+    if isinstance(err, NotFound):
+        return f'no matches for kind "{obj.get("kind")}" in version "{obj.get("apiVersion")}"'
+    meta = obj.get("metadata") or {}
+    return err.message or f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}: {err}"
+
+
 class PolicyBlocked(Exception):
     """An Enforce TrainJobPolicy denies the TrainJob: nothing is built for it (``enforcement``)."""
 
@@ -166,7 +187,7 @@ class TrainJobReconciler:
                 applied_jobset = await self._apply_objects(trainjob)
             except PolicyBlocked as err:
                 blocked = str(err)
-            except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound) as err:
+            except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound, ObjectWriteFailed) as err:
                 message = str(err)
                 if len(message) > MAX_EVENT_ERROR:
                     message = message[:MAX_EVENT_ERROR] + " ..."
@@ -218,16 +239,21 @@ class TrainJobReconciler:
         )
         applied_jobset: Object | None = None
         ensured = self._secrets_ensured.setdefault(meta.get("uid") or "", set())
-        for obj in objects:
+        for obj in apply_order(objects):
             resource = resource_for(obj)
             if resource is SECRETS:
                 try:
                     await self._kube.create(SECRETS, obj)
                 except AlreadyExists:
                     pass
+                except ApiError as err:
+                    raise ObjectWriteFailed(obj, err) from err
                 ensured.add(obj["metadata"]["name"])
                 continue
-            applied = await self._kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            try:
+                applied = await self._kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            except ApiError as err:
+                raise ObjectWriteFailed(obj, err) from err
             if resource is JOBSETS:
                 applied_jobset = applied
                 if existing_jobset is None:

@@ -43,6 +43,8 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
         ``generated_keys()`` for the reconciler. ``dataset_cache``: the DatasetCache named by annotation
         ``trainguard.io/dataset-cache`` (required when the annotation is present).
 
+    apply_order(objects) -> list[dict]     the reconciler's write order: dependants first, the JobSet last
+
     build_runtime_snapshot(trainjob, runtime, namespace) -> dict   ConfigMap ``runtime-snapshot-<uid>`` in the
         controller's namespace, key ``runtime.json`` (JSON, size-capped, labelled with the TrainJob; see ``snapshot``)
     runtime_from_snapshot(configmap, trainjob, namespace) -> dict  raises ``InvalidRuntimeSnapshot``
@@ -58,7 +60,7 @@ pipeline), ``torch``/``torchtune``/``mpi``/``jax``/``xgboost``/``flux``/``plain`
 
 from __future__ import annotations
 
-from webhook.runtime.build import ExistingObjects, build_objects
+from webhook.runtime.build import ExistingObjects, apply_order, build_objects
 from webhook.runtime.draft import BuildError
 from webhook.runtime.effective import EffectiveJob, PodSet, effective_job
 from webhook.runtime.keys import KeySource, generated_keys, placeholder_keys
@@ -72,6 +74,7 @@ __all__ = [
     "InvalidRuntimeSnapshot",
     "KeySource",
     "PodSet",
+    "apply_order",
     "build_objects",
     "build_runtime_snapshot",
     "effective_job",

@@ -4,6 +4,11 @@ Pure: what already exists in the cluster comes in as ``ExistingObjects`` and key
 ``KeySource``. Skip rules (reference §3.3, §3.8): a running JobSet (it exists, and neither it nor the TrainJob
 is suspended) is never re-applied, and an existing PodGroup is frozen unless the TrainJob is suspended; Secrets
 holding keys are created once. Building twice from the same inputs gives the same objects.
+
+``apply_order`` is the order the reconciler writes them in: every object the JobSet's pods depend on (MPI Secret
+and hostfile, PodGroup, Flux ConfigMap and Secret) first, the JobSet last, so a dependant that cannot be created
+(its CRD is not installed) stops the reconcile before any pod exists: no JobSet runs without its gang PodGroup or
+its MPI keys. (Upstream applies in its plugins' map order, which Go randomises per process.)
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ def build_objects(
     if job.ml_policy == "flux":
         objects += flux.build(draft, tj, keys=keys, secret_exists=existing.flux_curve_secret)
     return objects
+
+
+def apply_order(objects: list[dict]) -> list[dict]:
+    """``objects`` with the JobSet moved last, the others in build order."""
+    return [o for o in objects if o.get("kind") != "JobSet"] + [o for o in objects if o.get("kind") == "JobSet"]
 
 
 def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache: Any) -> dict:
