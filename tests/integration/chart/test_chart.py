@@ -117,8 +117,9 @@ def test_every_container_is_locked_down_and_rbac_has_no_wildcards(cluster: Clust
 def test_rendered_chart_is_accepted_by_the_apiserver(cluster: Cluster, namespace: str) -> None:
     docs = render(cluster, "tg", namespace)
     # Server-side dry run: real schemas and admission, nothing stored (live webhook configurations with
-    # failurePolicy Fail would otherwise intercept other tests' TrainJobs).
-    out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs))
+    # failurePolicy Fail would otherwise intercept other tests' TrainJobs). Server-side apply, as for the CRDs the
+    # chart now renders: client-side apply would put each into a last-applied annotation, over its 256 KiB limit.
+    out = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs))
     assert out.stdout.count("(server dry run)") == len(docs)
 
 
