@@ -125,3 +125,22 @@ async def test_kueue_kinds_not_served_are_empty_and_do_not_hold_readiness() -> N
     assert snap.kueue_local_queues == {} and snap.kueue_admission_checks == {}
     assert retried > 1, "an absent kind is looked for again (Kueue installed later)"
     assert not caches.informers["priority_classes"].absent_ok, "only Kueue's kinds are optional"
+
+
+async def test_kueue_installed_later_is_picked_up() -> None:
+    """The CRD appears after the webhook started: the next look lists it and the snapshot has the queue."""
+    from webhook.kube.errors import NotFound
+
+    src = scripted()
+    lq = src.of(r.LOCAL_QUEUES)
+    lq.lists.clear()
+    lq.lists.extend([NotFound(404, "NotFound", "the server could not find the requested resource"),
+                     ([obj("gpu", "12", "team-a", spec={"clusterQueue": "cq"})], "12")])
+    caches = ClusterCaches(src, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
+    caches.start()
+    await asyncio.wait_for(caches.wait_synced(), 10)
+    await asyncio.wait_for(lq.idle.wait(), 10)
+    snap = caches.snapshot()
+    await caches.stop()
+    assert not caches.informers["kueue_local_queues"].absent
+    assert dict(snap.kueue_local_queues) == {("team-a", "gpu"): "cq"}
