@@ -1,8 +1,16 @@
-"""Kubernetes Events (``events.k8s.io/v1``) about the objects the reconciler manages.
+"""Kubernetes Events about the objects the reconciler manages.
 
 Events are best effort: failing to record one is logged, never fails a reconcile. A reconcile retried with
 backoff would repeat the same Warning many times, so an identical (object, reason, message) is recorded at most
 once per ``repeat_after`` seconds (client-go's recorder aggregates similar repeats the same way in spirit).
+
+Each event carries both generations of fields: the events.k8s.io ones (``eventTime``, ``reportingController``,
+``reportingInstance``, ``action``) and the core/v1 ones client-go's legacy recorder writes (``firstTimestamp``,
+``lastTimestamp``, ``count``). The Kubeflow SDK's ``TrainerClient.get_job_events()`` reads core/v1 Events and drops
+every one without ``firstTimestamp``, so with ``eventTime`` alone it shows none of trainguard's events. The
+events.k8s.io/v1 API refuses the legacy fields on create ("needs to be unset"), the core/v1 API accepts both sets,
+so events are created through core/v1; readers of either API see the same event (``note`` = ``message``,
+``regarding`` = ``involvedObject``).
 """
 
 from __future__ import annotations
@@ -15,14 +23,16 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from webhook.kube.client import KubeClient
-from webhook.kube.resources import EVENTS
+from webhook.kube.resources import Resource
 
 from controller.reconcile.leader import micro_time
 
 log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "trainguard.io/controller"
-# events.k8s.io/v1 limits the note to 1 KiB.
+# core/v1 Events: the only API that takes the legacy timestamps (see the module docstring).
+CORE_EVENTS = Resource("", "v1", "events", "Event")
+# The apiserver limits the message of an event with eventTime to 1 KiB.
 MAX_NOTE = 1024
 
 
@@ -56,18 +66,23 @@ class EventRecorder:
         while len(self._recent) > self._remember:
             self._recent.popitem(last=False)
         namespace = meta.get("namespace") or "default"
+        moment = datetime.now(timezone.utc)
         body = {
-            "apiVersion": "events.k8s.io/v1",
+            "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}", "namespace": namespace},
-            "eventTime": micro_time(datetime.now(timezone.utc)),
-            "reportingController": REPORTING_CONTROLLER,
+            "eventTime": micro_time(moment),
+            # What core/v1 readers (kubectl's legacy view, the Kubeflow SDK) sort and filter on.
+            "firstTimestamp": legacy_time(moment),
+            "lastTimestamp": legacy_time(moment),
+            "count": 1,
+            "reportingComponent": REPORTING_CONTROLLER,
             "reportingInstance": self._instance,
             "action": action,
             "reason": reason,
             "type": type_,
-            "note": note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 4] + " ...",
-            "regarding": {
+            "message": note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 4] + " ...",
+            "involvedObject": {
                 "apiVersion": regarding.get("apiVersion"),
                 "kind": regarding.get("kind"),
                 "name": meta.get("name"),
@@ -77,6 +92,11 @@ class EventRecorder:
             },
         }
         try:
-            await self._kube.create(EVENTS, body, namespace)
+            await self._kube.create(CORE_EVENTS, body, namespace)
         except Exception as err:  # best effort
             log.warning("could not record event %s/%s on %s: %s", type_, reason, meta.get("name"), err)
+
+
+def legacy_time(moment: datetime) -> str:
+    """metav1.Time (whole seconds), as core/v1 Events carry ``firstTimestamp``/``lastTimestamp``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
