@@ -1,0 +1,75 @@
+"""``trainer.numNodes`` sizes the trainer job exactly as upstream v2.3's plugins do, 0 included.
+
+Upstream copies the value into the pod set's count unclamped (Torch, PlainML, JAX, XGBoost, Flux; MPI's ``node`` job
+too, except with runLauncherAsNode, where it takes ``max(numNodes - 1, 1)``). A job of 0 nodes builds parallelism
+0 and framework envs saying 0 (``PET_NNODES=0``): its Jobs complete at once with no pod. trainguard used to build
+one node. (A negative value builds a negative parallelism, which the apiserver refuses when the JobSet is applied;
+the reconciler reports that as upstream does.)
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from webhook.runtime import build_objects, effective_job, placeholder_keys
+
+from .fixtures import MPI_RUNTIME, container, env_map, single_job_runtime, trainjob
+
+
+def _parallelism(js: dict, name: str) -> tuple[int, int]:
+    spec = next(rj for rj in js["spec"]["replicatedJobs"] if rj["name"] == name)["template"]["spec"]
+    return spec["parallelism"], spec["completions"]
+
+
+def _mpi(launcher_as_node: bool) -> dict:
+    rt = copy.deepcopy(MPI_RUNTIME)
+    rt["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] = launcher_as_node
+    return rt
+
+
+GPU_NODE = {"name": "node", "image": "img", "resources": {"limits": {"nvidia.com/gpu": 2}}}
+
+CASES = [
+    # (case, runtime, numNodes, job sized, its pods, {env of the node container that must say so})
+    ("torch 0", single_job_runtime({"numNodes": 3, "torch": {}}), 0, "node", 0, {"PET_NNODES": "0"}),
+    ("torch 5", single_job_runtime({"numNodes": 3, "torch": {}}), 5, "node", 5, {"PET_NNODES": "5"}),
+    ("torch unset: the runtime's", single_job_runtime({"numNodes": 3, "torch": {}}), None, "node", 3, {"PET_NNODES": "3"}),
+    ("plain 0", single_job_runtime({"numNodes": 2}), 0, "node", 0, {}),
+    ("jax 0", single_job_runtime({"numNodes": 2, "jax": {}}), 0, "node", 0, {"JAX_NUM_PROCESSES": "0"}),
+    ("xgboost 0", single_job_runtime({"numNodes": 2, "xgboost": {}}, container=GPU_NODE), 0, "node", 0,
+     {"DMLC_NUM_WORKER": "0"}),
+    ("flux 0", single_job_runtime({"numNodes": 2, "flux": {"numProcPerNode": 1}}), 0, "node", 0, {}),
+    ("mpi 0", _mpi(False), 0, "node", 0, {}),
+    ("mpi 0, launcher as node: at least one worker", _mpi(True), 0, "node", 1, {}),
+    ("mpi 3, launcher as node", _mpi(True), 3, "node", 2, {}),
+]
+
+
+@pytest.mark.parametrize(("case", "rt", "nodes", "job", "pods", "envs"), CASES, ids=[c[0] for c in CASES])
+def test_num_nodes_sizes_the_trainer_job_like_upstream(case, rt, nodes, job, pods, envs) -> None:
+    trainer = {} if nodes is None else {"numNodes": nodes}
+    tj = trainjob("t", trainer=trainer)
+    js = build_objects(tj, rt, keys=placeholder_keys())[0]
+    assert _parallelism(js, job) == (pods, pods)
+    node = next(rj for rj in js["spec"]["replicatedJobs"] if rj["name"] == job)
+    got = env_map(container(node))
+    assert {k: got.get(k) for k in envs} == envs
+
+
+def test_zero_nodes_leave_nothing_to_schedule() -> None:
+    job = effective_job(trainjob("t", trainer={"numNodes": 0}), single_job_runtime({"numNodes": 4, "torch": {}}, container=GPU_NODE))
+    assert (job.num_nodes, job.total_gpus) == (0, 0)
+
+
+def test_zero_node_flux_and_mpi_objects_are_upstreams() -> None:
+    flux_objects = build_objects(trainjob("t", trainer={"numNodes": 0}), single_job_runtime({"numNodes": 2, "flux": {"numProcPerNode": 2}}),
+                                 keys=placeholder_keys())
+    scripts = next(o for o in flux_objects if o["kind"] == "ConfigMap")["data"]
+    # Upstream's generateRange(0, 0) and its -N/-n flags, as they come out for 0.
+    assert 'hosts="t-node-0-[0--1]"' in scripts["init.sh"]
+    assert 'flags="-N 0 -n 0  "' in scripts["entrypoint.sh"]
+    mpi_objects = build_objects(trainjob("t", trainer={"numNodes": 0}), _mpi(False), keys=placeholder_keys())
+    hostfile = next(o for o in mpi_objects if o["kind"] == "ConfigMap")
+    assert hostfile["data"] == {"hostfile": ""}
