@@ -199,12 +199,12 @@ def _initial_counts(draft: Draft) -> None:
 
 
 def set_trainer_count(draft: Draft) -> None:
-    """``trainer.numNodes`` sizes the trainer-ancestor job (Torch, PlainML, JAX, XGBoost, Flux), unclamped as
-    upstream copies it: 0 builds a job of no pods (its envs say 0); a negative value a parallelism the apiserver
-    refuses when the JobSet is applied."""
+    """``trainer.numNodes`` sizes the trainer-ancestor job (Torch, PlainML, JAX, XGBoost, Flux) as upstream copies
+    it: 0 builds a job of no pods (its envs say 0). A negative value, which admission denies (``validate``), counts
+    as 0 here: a job that skipped admission must not offset its other jobs' GPUs in a policy's totals."""
     rj = draft.trainer_job()
     if rj is not None and draft.num_nodes_override is not None:
-        draft.counts[rj["name"]] = int(draft.num_nodes_override)
+        draft.counts[rj["name"]] = max(0, int(draft.num_nodes_override))
 
 
 def env(name: str, value: Any) -> dict:

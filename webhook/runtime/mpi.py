@@ -90,7 +90,7 @@ def enforce(draft: Draft) -> None:
     worker = draft.job(NODE)
     if num_nodes is not None and worker is not None:
         # With runLauncherAsNode the launcher is one of the nodes.
-        draft.counts[NODE] = max(int(num_nodes) - 1, 1) if is_launcher_as_node(draft) else int(num_nodes)
+        draft.counts[NODE] = max(int(num_nodes) - 1, 1) if is_launcher_as_node(draft) else max(0, int(num_nodes))
     n_slots = slots(draft)
     draft.facts["mpi_slots"] = n_slots
     mount_path = policy(draft).get("sshAuthMountPath") or DEFAULT_SSH_MOUNT_PATH

@@ -1,7 +1,8 @@
 """``validate_trainjob``: the TrainJob rules that belong to the runtime plugins (reference §2.5 from item 4 on).
 
 Runs on the prepared draft (template ⊕ patches ⊕ resourcesPerNode, no policy enforced), like upstream's
-``ValidateObjects``; every plugin's errors are collected, none short-circuits another.
+``ValidateObjects``; every plugin's errors are collected, none short-circuits another. Deliberate difference: a
+negative ``spec.trainer.numNodes`` is denied (``num_nodes_errors``); upstream admits it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import AbstractSet, Any
 
 from webhook.field import FieldError, invalid
 from webhook.runtime import flux, jobset, mpi, torch, volcano, xgboost
-from webhook.runtime.draft import as_object, prepare
+from webhook.runtime.draft import Draft, as_object, prepare
 from webhook.runtime.merge import MergeError
 
 _ML_VALIDATORS = {"torch": torch.validate, "mpi": mpi.validate, "xgboost": xgboost.validate, "flux": flux.validate}
@@ -33,10 +34,20 @@ def validate_trainjob(
         return [invalid("spec.runtimePatches", (tj.get("spec") or {}).get("runtimePatches"), str(e))], []
     old = as_object(old_trainjob) if old_trainjob is not None else None
     live = as_object(jobset_obj) if jobset_obj is not None else None
-    errors = jobset.validate(draft, old, live)
+    errors = num_nodes_errors(draft) + jobset.validate(draft, old, live)
     validator = _ML_VALIDATORS.get(draft.ml_policy_kind)
     if validator is not None:
         errors += validator(draft)
     if volcano.applies(draft):
         errors += volcano.validate(draft, priority_classes)
     return errors, []
+
+
+def num_nodes_errors(draft: Draft) -> list[FieldError]:
+    """A negative ``trainer.numNodes`` is denied. Upstream admits it and copies it into the trainer job's count;
+    the reconciler clamps it to 0 (``draft.set_trainer_count``), but a policy must not see a negative node count:
+    it would subtract the trainer's GPUs from the job's total and let the other replicated jobs pass a limit."""
+    nodes = draft.num_nodes_override
+    if nodes is not None and int(nodes) < 0:
+        return [invalid("spec.trainer.numNodes", nodes, "must be greater than or equal to 0")]
+    return []

@@ -3,8 +3,9 @@
 Upstream copies the value into the pod set's count unclamped (Torch, PlainML, JAX, XGBoost, Flux; MPI's ``node`` job
 too, except with runLauncherAsNode, where it takes ``max(numNodes - 1, 1)``). A job of 0 nodes builds parallelism
 0 and framework envs saying 0 (``PET_NNODES=0``): its Jobs complete at once with no pod. trainguard used to build
-one node. (A negative value builds a negative parallelism, which the apiserver refuses when the JobSet is applied;
-the reconciler reports that as upstream does.)
+one node. A negative value is a deliberate difference: upstream admits it and builds a negative count; trainguard
+denies it at admission and the build counts it as 0, so it can never subtract the trainer's GPUs from a job's total
+and slip the job's other replicated jobs past a policy limit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import copy
 
 import pytest
 
-from webhook.runtime import build_objects, effective_job, placeholder_keys
+from webhook.field import aggregate
+from webhook.runtime import build_objects, effective_job, placeholder_keys, validate_trainjob
 
 from .fixtures import MPI_RUNTIME, container, env_map, single_job_runtime, trainjob
 
@@ -73,3 +75,35 @@ def test_zero_node_flux_and_mpi_objects_are_upstreams() -> None:
     mpi_objects = build_objects(trainjob("t", trainer={"numNodes": 0}), _mpi(False), keys=placeholder_keys())
     hostfile = next(o for o in mpi_objects if o["kind"] == "ConfigMap")
     assert hostfile["data"] == {"hostfile": ""}
+
+
+# -- negative: denied at admission (upstream admits), counted as 0 by the build ------------------------------
+
+
+def _with_gpu_sidecar_job() -> dict:
+    """A trainer job ``node`` plus a non-trainer job ``evaluator`` of 2 pods with 8 GPUs each."""
+    rt = single_job_runtime({"numNodes": 1, "torch": {}}, container=GPU_NODE)
+    evaluator = copy.deepcopy(rt["spec"]["template"]["spec"]["replicatedJobs"][0])
+    evaluator["name"] = "evaluator"
+    evaluator["template"].pop("metadata")
+    evaluator["template"]["spec"]["parallelism"] = 2
+    evaluator["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    rt["spec"]["template"]["spec"]["replicatedJobs"].append(evaluator)
+    return rt
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [(-1, "spec.trainer.numNodes: Invalid value: -1: must be greater than or equal to 0"), (0, ""), (2, "")],
+)
+def test_negative_num_nodes_deliberately_differs_from_upstream(nodes, message) -> None:
+    tj = trainjob("t", trainer={"numNodes": nodes})
+    assert aggregate(validate_trainjob(tj, None, _with_gpu_sidecar_job(), None)[0]) == message
+
+
+@pytest.mark.parametrize("rt", [_with_gpu_sidecar_job(), _mpi(False)], ids=["torch", "mpi"])
+def test_negative_num_nodes_count_as_zero_and_never_offset_other_jobs(rt) -> None:
+    job = effective_job(trainjob("t", trainer={"numNodes": -100}), rt)
+    trainer = job.pod_set("node")
+    assert trainer is not None and trainer.count == 0
+    assert job.total_gpus == sum(ps.gpus * ps.pods for ps in job.pod_sets if ps.name != "node") >= 0
