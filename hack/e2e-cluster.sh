@@ -12,6 +12,10 @@
 # and nvidia.com/gpu.clique (two nodes per clique). The CRDs (JobSet, scheduler-plugins PodGroup, trainguard's
 # crds/) are installed before the controllers start.
 #
+# E2E_ROLE=manager starts only kube-controller-manager beside the apiserver (no scheduler, kwok, JobSet controller
+# or nodes): a MultiKueue manager cluster, which runs no pods of its own but needs the garbage collector (a deleted
+# TrainJob's Kueue Workload goes through it, and MultiKueue deletes the worker's copy when that Workload goes).
+#
 #   hack/e2e-cluster.sh up     start everything, wait until it works, print the kubeconfig path (last line)
 #   hack/e2e-cluster.sh down   stop exactly the processes `up` started (pids in the state dir), remove the state
 #   hack/e2e-cluster.sh env    print `export ...` lines for a running cluster (as hack/cluster.sh env)
@@ -36,7 +40,13 @@ nodes=${E2E_NODES:-4}
 gpus=${E2E_GPUS_PER_NODE:-8}
 succeed_image=${E2E_SUCCEED_IMAGE:-trainguard.invalid/e2e/succeed:v1}
 run_ms=${E2E_POD_RUN_MS:-2000}
-components=(kube-controller-manager kube-scheduler kwok jobset-controller)
+role=${E2E_ROLE:-worker}
+case $role in
+  worker) components=(kube-controller-manager kube-scheduler kwok jobset-controller) ;;
+  manager) components=(kube-controller-manager) ;;
+  *) printf 'e2e-cluster: error: E2E_ROLE must be worker or manager, not %s\n' "$role" >&2; exit 2 ;;
+esac
+worker() { [[ $role == worker ]]; }
 
 log() { printf 'e2e-cluster: %s\n' "$*" >&2; }
 die() { printf 'e2e-cluster: error: %s\n' "$*" >&2; exit 1; }
@@ -260,22 +270,24 @@ up() {
   server=$(sed -n 's/^ *server: *//p' "$kubeconfig" | head -n 1)
 
   client_kubeconfig kube-controller-manager system:kube-controller-manager
-  client_kubeconfig kube-scheduler system:kube-scheduler
-  client_kubeconfig kwok kwok-controller system:masters
-  client_kubeconfig jobset-controller jobset-controller
-  # The JobSet webhook's serving certificate: SAN 127.0.0.1, signed by the cluster CA (the caBundle below).
-  mkdir -p "$e2e/jobset-certs"
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=jobset-webhook" -keyout "$e2e/jobset-certs/tls.key" \
-    -out "$e2e/pki/jobset-webhook.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$e2e/pki/serving.ext"
-  openssl x509 -req -in "$e2e/pki/jobset-webhook.csr" -CA "$state/pki/ca.crt" -CAkey "$state/pki/ca.key" \
-    -CAcreateserial -days 7 -extfile "$e2e/pki/serving.ext" -out "$e2e/jobset-certs/tls.crt" 2>/dev/null
+  if worker; then
+    client_kubeconfig kube-scheduler system:kube-scheduler
+    client_kubeconfig kwok kwok-controller system:masters
+    client_kubeconfig jobset-controller jobset-controller
+    # The JobSet webhook's serving certificate: SAN 127.0.0.1, signed by the cluster CA (the caBundle below).
+    mkdir -p "$e2e/jobset-certs"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=jobset-webhook" -keyout "$e2e/jobset-certs/tls.key" \
+      -out "$e2e/pki/jobset-webhook.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$e2e/pki/serving.ext"
+    openssl x509 -req -in "$e2e/pki/jobset-webhook.csr" -CA "$state/pki/ca.crt" -CAkey "$state/pki/ca.key" \
+      -CAcreateserial -days 7 -extfile "$e2e/pki/serving.ext" -out "$e2e/jobset-certs/tls.crt" 2>/dev/null
+  fi
 
   # CRDs first: JobSet's manager needs its own at start, and kube-controller-manager's garbage collector only
   # discovers kinds that appear later on its 30 s resync (a TrainJob's JobSet would outlive it that long).
   k apply --server-side -f "$bin/crds/jobset/" -f "$bin/crds/scheduler-plugins/" -f "$here/../crds/" >/dev/null
   wait_for 60 "the CRDs to be established" crds_established
-  jobset_rbac | k apply -f - >/dev/null
+  if worker; then jobset_rbac | k apply -f - >/dev/null; fi
 
   # node-lifecycle: the apiserver taints every new Node node.kubernetes.io/not-ready (TaintNodesByCondition) and
   # this controller lifts the taint once kwok reports the node Ready (and would mark it NotReady without heartbeats).
@@ -288,6 +300,16 @@ up() {
     --controllers "$kcm_controllers" \
     --use-service-account-credentials --service-account-private-key-file "$state/pki/sa.key" \
     --root-ca-file "$state/pki/ca.crt" --leader-elect=false
+  if ! worker; then
+    wait_for 60 "kube-controller-manager /healthz" healthz "$kcm_port"
+    wait_for 60 "the default ServiceAccount (kube-controller-manager's serviceaccount controller)" \
+      k -n default get serviceaccount default
+    echo "kube-controller-manager https://127.0.0.1:$kcm_port" >"$e2e/endpoints"
+    trap - ERR
+    log "e2e manager cluster ready in $((SECONDS - t0)) s: apiserver + etcd, kube-controller-manager"
+    echo "$kubeconfig"
+    return
+  fi
   start kube-scheduler "$bin/kube-scheduler" \
     --kubeconfig "$e2e/kube-scheduler.kubeconfig" --bind-address 127.0.0.1 --secure-port "$sched_port" \
     --leader-elect=false

@@ -10,7 +10,8 @@ apiserver, with its webhooks registered by URL.
   in name order).
 * ``KueueProcess``: a Configuration file (internal cert management off, the webhook certificate from a test CA
   for 127.0.0.1, leader election and metrics off, the ``trainer.kubeflow.org/trainjob`` and ``jobset``
-  integrations, ``manageJobsWithoutQueueName: false``), started and waited for (``/readyz``).
+  integrations, ``manageJobsWithoutQueueName: false``; ``config_overrides`` replaces top-level fields, e.g. a
+  MultiKueue manager's ``multiKueue`` timings), started and waited for (``/readyz``).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class KueueProcess:
     ca_pem: bytes = b""
     # Extra --feature-gates (name -> on/off), after the harness's own VisibilityOnDemand=false.
     feature_gates: dict[str, bool] = field(default_factory=dict)
+    # Top-level Configuration fields set over the harness's own (e.g. ``multiKueue`` timings, ``integrations``).
+    config_overrides: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -128,6 +131,7 @@ class KueueProcess:
             "internalCertManagement": {"enable": False},
             "manageJobsWithoutQueueName": False,
             "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset"]},
+            **self.config_overrides,
         }
         path = self.workdir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config))
