@@ -94,3 +94,44 @@ spec:
                 containers:
                 - {{- include "trainguard.runtime.mpiContainer" .values | nindent 18 }}
 {{- end -}}
+
+{{- /* The enabled runtimes of `runtimes`, as a YAML list for admin-objects.yaml. */ -}}
+{{- define "trainguard.runtimeObjects" -}}
+{{- $r := .Values.runtimes }}
+{{- $all := list
+  (list "torchDistributed" "torch-distributed" "torch" "trainguard.runtime.single")
+  (list "deepspeedDistributed" "deepspeed-distributed" "deepspeed" "trainguard.runtime.mpi")
+  (list "mlxDistributed" "mlx-distributed" "mlx" "trainguard.runtime.mpi")
+  (list "jaxDistributed" "jax-distributed" "jax" "trainguard.runtime.single")
+  (list "xgboostDistributed" "xgboost-distributed" "xgboost" "trainguard.runtime.single") }}
+{{- $objects := list }}
+{{- range $entry := $all }}
+{{- $values := index $r (index $entry 0) }}
+{{- if or $r.defaultEnabled $values.enabled }}
+{{- $obj := include (index $entry 3) (dict "name" (index $entry 1) "framework" (index $entry 2) "values" $values) | fromYaml }}
+{{- $_ := set $obj.metadata "labels" (merge $obj.metadata.labels (deepCopy ($r.commonLabels | default dict))) }}
+{{- $objects = append $objects $obj }}
+{{- end }}
+{{- end }}
+{{- toYaml $objects }}
+{{- end -}}
+
+{{- /* The pre-delete hook's stand-in for a runtime (see _admin_objects.tpl): the smallest runtime the CRD accepts. */ -}}
+{{- define "trainguard.runtime.cleanupStandIn" -}}
+apiVersion: {{ .apiVersion }}
+kind: {{ .kind }}
+spec:
+  mlPolicy: {numNodes: 1}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+          spec:
+            template:
+              spec:
+                containers:
+                - {name: node, image: "registry.k8s.io/pause:3.10"}
+{{- end -}}

@@ -7,9 +7,11 @@
 - A typo, a wrong type or a duplicate name fails ``helm template`` with a message naming the value.
 - Every rendered runtime and policy passes trainguard's own admission rules (``webhook.render``: the same pipeline
   the webhook runs), and a TrainJob on each runtime is admitted and built into a JobSet.
-- Policies and runtimes are post-install hooks on the first install, adopted as release resources by the first
-  upgrade (same object, patched in place), and removed on uninstall: with the real helm against a private control
-  plane, where a release's webhook configurations touch no other test.
+- Policies and runtimes are post-install hooks on the first install, admitted by the webhook once it serves (a bad
+  one fails the install with the webhook's message); the first upgrade takes them over unchanged (one that would
+  change them fails, naming the object), later upgrades patch them in place (same object), and uninstall removes
+  them: with the real helm against a private control plane, where a release's webhook configurations touch no
+  other test.
 """
 
 from __future__ import annotations
@@ -81,8 +83,18 @@ def objects(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
 
 
 def cleanups(docs: list[dict[str, Any]], kind: str) -> set[str]:
-    return {d["metadata"]["name"] for d in docs if d["kind"] == kind
-            and (d["metadata"].get("annotations") or {}).get(HOOK) == "pre-delete"}
+    """Names of the pre-delete hooks of ``kind``. Each is a stand-in the webhook always admits (a policy that sets
+    nothing, a runtime labelled out of the webhook's review), so that an uninstall after a refused upgrade (whose
+    hooks it runs) cannot be refused."""
+    found = {d["metadata"]["name"]: d for d in docs if d["kind"] == kind
+             and (d["metadata"].get("annotations") or {}).get(HOOK) == "pre-delete"}
+    for d in found.values():
+        assert d["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        if kind == "TrainJobPolicy":
+            assert d["spec"] == {"mode": "Audit"}
+        else:
+            assert d["metadata"]["labels"]["trainer.kubeflow.org/webhook-validation"] == "disabled"
+    return set(found)
 
 
 # --- offline render -------------------------------------------------------------------------------------------------
@@ -232,10 +244,10 @@ def test_values_render_the_objects_they_ask_for_and_the_apiserver_accepts_them(
     # The CRD templates (2 MB) are rendered and dry-run with the defaults; the other cases leave them out.
     docs = template(cluster, values, namespace=namespace, crds=not values)
     expect(docs)
-    # Server-side dry run in a namespace of this test: real schemas (CRDs included), nothing stored. The
-    # ServiceMonitor's CRD belongs to the Prometheus Operator, not installed here; its shape is checked above.
-    docs = [d for d in docs
-            if d["kind"] != "ServiceMonitor" and (d["metadata"].get("annotations") or {}).get(HOOK) != "pre-delete"]
+    # Server-side dry run in a namespace of this test: real schemas (CRDs included), nothing stored; the pre-delete
+    # stand-ins too. The ServiceMonitor's CRD belongs to the Prometheus Operator, not installed here; its shape is
+    # checked above.
+    docs = [d for d in docs if d["kind"] != "ServiceMonitor"]
     out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-",
                           input=yaml.safe_dump_all(docs), check=False, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -386,6 +398,7 @@ def helm_with_webhook(release: Any, verb: str, values: dict[str, Any], tmp_path:
 
 
 def test_values_policies_and_runtimes_are_created_once_the_webhook_serves_and_go_with_the_release(tmp_path: Path) -> None:
+    from tests.conftest import upstream_crds, wait_for_crds
     from tests.integration.chart.chart_harness import Release, chart_control_plane
 
     good = {"crds": {"enabled": True}, "controller": {"replicas": 0}, "webhook": {"replicas": 1},
@@ -394,6 +407,9 @@ def test_values_policies_and_runtimes_are_created_once_the_webhook_serves_and_go
                               "limits": {"maxGpusPerNode": 8}},
             "runtimes": {"torchDistributed": {"enabled": True}}}
     with chart_control_plane() as c:
+        # The cluster runs JobSet, whose objects the webhook watches (its CRD is not this chart's by default).
+        c.kubectl("apply", "--server-side", *[a for p in upstream_crds(c.bin_dir, "jobset") for a in ("-f", str(p))])
+        wait_for_crds(c)
         release = Release(c, "tg", "trainguard-system", tmp_path)
         try:
             # Install: the policy and the runtime are post-install hooks, admitted by the webhook once it serves.
@@ -417,17 +433,35 @@ def test_values_policies_and_runtimes_are_created_once_the_webhook_serves_and_go
             out = c.kubectl("apply", "-f", "-", input=json.dumps(wide), check=False)
             assert out.returncode != 0 and 'denied the request' in out.stderr and "maxGpusPerNode" in out.stderr, out.stderr
 
-            # Upgrade: the same objects, adopted into the release and patched in place (no delete and recreate).
+            # The first upgrade takes the install's objects over, and Helm would apply no change to them then: an
+            # upgrade that changes one fails before touching anything, naming it.
             changed = good | {"defaultPolicy": good["defaultPolicy"] | {"limits": {"maxGpusPerNode": 4}}}
+            proc = helm_with_webhook(release, "upgrade", changed, tmp_path)
+            assert proc.returncode != 0
+            assert ('TrainJobPolicy "gpu-teams" was created by this release\'s install and this upgrade takes it over'
+                    in proc.stderr), proc.stderr
+            assert c.get("trainjobpolicy", "gpu-teams")["spec"]["limits"] == {"maxGpusPerNode": 8}
+
+            # Upgrade with the objects as installed: the same objects (no delete and recreate) become release
+            # resources; from then on a change is a patch in place.
+            proc = helm_with_webhook(release, "upgrade", good, tmp_path)
+            assert proc.returncode == 0, proc.stderr
+            manifest = {(d["kind"], d["metadata"]["name"]) for d in c.manifest("tg", "trainguard-system")}
+            assert {("TrainJobPolicy", "gpu-teams"), ("ClusterTrainingRuntime", "torch-distributed")} <= manifest
             proc = helm_with_webhook(release, "upgrade", changed, tmp_path)
             assert proc.returncode == 0, proc.stderr
             after = c.get("trainjobpolicy", "gpu-teams")
             assert after["metadata"]["uid"] == policy["metadata"]["uid"]
             assert after["spec"]["limits"] == {"maxGpusPerNode": 4}
-            assert "helm.sh/hook" not in after["metadata"]["annotations"]
-            manifest = {(d["kind"], d["metadata"]["name"]) for d in c.manifest("tg", "trainguard-system")}
-            assert {("TrainJobPolicy", "gpu-teams"), ("ClusterTrainingRuntime", "torch-distributed")} <= manifest
             assert c.get("clustertrainingruntime", "torch-distributed")["metadata"]["uid"] == runtime["metadata"]["uid"]
+            # A change the webhook refuses fails the upgrade with its message and changes nothing.
+            refused = good | {"defaultPolicy": good["defaultPolicy"] | {"limits": {"maxGpusPerNode": 16,
+                                                                                    "maxTotalGpus": 8}}}
+            proc = helm_with_webhook(release, "upgrade", refused, tmp_path)
+            assert proc.returncode != 0
+            assert ('admission webhook "validator.trainjobpolicy.trainguard.io" denied the request: '
+                    "spec.limits.maxGpusPerNode") in proc.stderr, proc.stderr
+            assert c.get("trainjobpolicy", "gpu-teams")["spec"]["limits"] == {"maxGpusPerNode": 4}
 
             # Uninstall: gone with the release, as are the webhook configurations.
             c.helm("uninstall", "tg", "-n", "trainguard-system", "--wait")

@@ -1,5 +1,6 @@
-{{- /* TrainJobPolicies from `policies` and the short form `defaultPolicy` (see _admin_objects.tpl for when they are
-created). Their specs are passed through unchanged: the webhook, not the chart, is the judge of a policy. */ -}}
+{{- /* TrainJobPolicies from `policies` and the short form `defaultPolicy`, as a YAML list for admin-objects.yaml.
+Their specs are passed through unchanged: the webhook, not the chart, is the judge of a policy. */ -}}
+{{- define "trainguard.policyObjects" -}}
 {{- $objects := list }}
 {{- range $p := .Values.policies }}
 {{- $objects = append $objects (dict "apiVersion" "trainguard.io/v1alpha1" "kind" "TrainJobPolicy"
@@ -24,7 +25,8 @@ created). Their specs are passed through unchanged: the webhook, not the chart, 
 {{- $_ := set $spec "limits" .limits }}
 {{- end }}
 {{- $objects = append $objects (dict "apiVersion" "trainguard.io/v1alpha1" "kind" "TrainJobPolicy"
-      "metadata" (dict "name" .name) "spec" $spec) }}
+      "metadata" (dict "name" .name "labels" dict) "spec" $spec) }}
 {{- end }}
 {{- end }}
-{{- include "trainguard.adminObjects" (dict "root" $ "objects" $objects) }}
+{{- toYaml $objects }}
+{{- end -}}
