@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Generate ``crds/*.yaml`` from the ``webhook.api`` models (the models are the single source of truth).
+"""Generate ``crds/*.yaml``: the trainer.kubeflow.org CRDs from upstream's, trainguard.io's from our models.
 
-usage: python hack/gen_crds.py [--out DIR] [--bin-dir DIR] [--check]
+usage: python hack/gen_crds.py [--out DIR] [--bin-dir DIR] [--upstream-dir DIR] [--check]
 
-Embedded Kubernetes schemas come from the API server's OpenAPI v3 document and the runtime template's JobSet
-spec from the upstream JobSet CRD, both found in the tools directory that ``hack/build-tools.sh openapi crds``
-prepares (its last output line). ``--bin-dir`` (or ``TRAINGUARD_BIN_DIR``) skips running the script.
-``--check`` writes nothing and exits 1 if ``crds/`` differs from what the models give.
+TrainJob, TrainingRuntime and ClusterTrainingRuntime are upstream Kubeflow Trainer's CRDs from the Go module that
+``hack/tools/trainer/go.mod`` pins (downloaded with ``go mod download`` when missing; ``--upstream-dir`` or
+``TRAINGUARD_TRAINER_MODULE_DIR`` names a module directory instead), plus the additions listed in
+``hack/crdgen/upstream.py``. TrainJobPolicy and DatasetCache come from the ``webhook.api`` models: embedded
+Kubernetes schemas from the API server's OpenAPI v3 document, found in the tools directory that
+``hack/build-tools.sh openapi crds`` prepares (its last output line); ``--bin-dir`` (or ``TRAINGUARD_BIN_DIR``)
+skips running the script. ``--check`` writes nothing and exits 1 if ``crds/`` differs from what they give.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ sys.path.insert(0, str(REPO))
 
 from crdgen.render import crd_document, file_name, to_yaml  # noqa: E402
 from crdgen.structural import OpenAPIConverter  # noqa: E402
+from crdgen.upstream import header, pinned_version, trainer_crds  # noqa: E402
+from crdgen.upstream import module_dir as trainer_module_dir  # noqa: E402
 from crdgen.walker import SchemaWalker  # noqa: E402
-from webhook.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob  # noqa: E402
 from webhook.api.trainguard import DatasetCache, TrainJobPolicy  # noqa: E402
 
-ROOT_MODELS = (TrainJob, TrainingRuntime, ClusterTrainingRuntime, TrainJobPolicy, DatasetCache)
+ROOT_MODELS = (TrainJobPolicy, DatasetCache)
 # Client-side apply stores the whole object in an annotation capped at 256 KiB, so these CRDs need
 # `kubectl apply --server-side`; etcd's request limit (1.5 MiB) bounds them for real. Stay under 1 MiB.
 MAX_CRD_BYTES = 1 << 20
@@ -71,16 +75,17 @@ def upstream_lookup(bin_dir: Path):
     return lookup
 
 
-def generate(bin_dir: Path) -> dict[str, str]:
+def generate(bin_dir: Path, upstream_dir: Path) -> dict[str, str]:
     """File name -> YAML text for every CRD."""
     document = json.loads((bin_dir / "openapi" / "api__v1_openapi.json").read_text())
     walker = SchemaWalker(OpenAPIConverter(document), upstream_lookup(bin_dir))
-    out: dict[str, str] = {}
-    for model in ROOT_MODELS:
-        text = to_yaml(crd_document(model, walker))
+    out: dict[str, str] = {file_name(model): to_yaml(crd_document(model, walker)) for model in ROOT_MODELS}
+    trainer_header = header(pinned_version())
+    for name, doc in trainer_crds(upstream_dir).items():
+        out[name] = to_yaml(doc, trainer_header)
+    for name, text in out.items():
         if len(text.encode()) >= MAX_CRD_BYTES:
-            raise SystemExit(f"{file_name(model)} is {len(text.encode())} bytes; keep CRDs under {MAX_CRD_BYTES}")
-        out[file_name(model)] = text
+            raise SystemExit(f"{name} is {len(text.encode())} bytes; keep CRDs under {MAX_CRD_BYTES}")
     return out
 
 
@@ -88,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "crds"), help="output directory (default: crds/)")
     parser.add_argument("--bin-dir", help="tools directory (default: from hack/build-tools.sh openapi crds)")
+    parser.add_argument("--upstream-dir", help="the github.com/kubeflow/trainer/v2 module directory "
+                        "(default: the Go module cache, downloaded at the version hack/tools/trainer/go.mod pins)")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing")
     args = parser.parse_args(argv)
-    files = generate(tools_dir(args.bin_dir))
+    files = generate(tools_dir(args.bin_dir), trainer_module_dir(args.upstream_dir))
     out = Path(args.out)
     if args.check:
         stale = [name for name, text in files.items()

@@ -1,9 +1,15 @@
 """``trainer.kubeflow.org/v1alpha1``: TrainJob, TrainingRuntime, ClusterTrainingRuntime at the v2.3 shape.
 
 These models are what users' manifests and the official SDK (``kubeflow`` / ``kubeflow-trainer-api`` 2.3)
-produce, so field names, defaults, limits and CEL rules follow upstream v2.3 exactly (reference sections 1.1-1.3).
-The descriptions are ours and are what ``kubectl explain`` prints. CRD-only facts sit on each field
-(:func:`webhook.api.base.spec_field`); ``hack/gen_crds.py`` turns them into ``crds/``.
+produce, so field names, defaults, limits and CEL rules follow upstream v2.3 exactly. The CRDs themselves are
+upstream's (``hack/gen_crds.py`` copies them from the pinned module, plus the additions listed in
+``hack/crdgen/upstream.py``); the CRD facts on each field (:func:`webhook.api.base.spec_field`) are what the door
+check (``webhook.policy.well_formed``) enforces before the schema runs, and
+``tests/unit/api/test_models_match_crds.py`` holds every one of them equal to the CRD's.
+
+One kind of fact is left to the schema on purpose: the ``minLength: 1`` of the names in a runtimePatch
+(replicatedJob and container names). The mutating webhook runs before the schema, and an empty name harms no
+policy code, so the schema answers it, as upstream: HTTP 422 in the apiserver's words.
 
 Reading code must not assume a schema default was applied (an object may come from a file, not the API
 server): use the ``effective_*`` helpers, which fall back to the documented defaults in ``constants``.
@@ -41,6 +47,16 @@ NAME_RULES = [
 ]
 
 _ENV_LIST = dict(list_map_keys=["name"], max_items=c.MAX_ENV)
+
+
+class EmbeddedMeta(TemplateMeta):
+    """The metadata of a template in a runtime or a runtimePatch: upstream's embedded ObjectMeta, whose CRD keeps
+    these five fields. Only labels and annotations reach the JobSet's own metadata; a replicatedJob's or a pod
+    template's name, namespace and finalizers are merged into the template as sent, as upstream does."""
+
+    name: str | None = spec_field("Name of the object built from this template (usually left to the controller).")
+    namespace: str | None = spec_field("Namespace of the object built from this template.")
+    finalizers: list[str] | None = spec_field("Finalizers of the objects built from this template.")
 
 
 # ============================================================================================== TrainJob spec
@@ -147,10 +163,12 @@ class Trainer(KubeModel):
 class ContainerPatch(KubeModel):
     """Additions to one container of a runtime's pod template (matched by name)."""
 
-    name: str = spec_field("Name of the container (or init container) to patch.", required=True)
+    name: str = spec_field("Name of the container (or init container) to patch.", required=True, max_length=253)
     env: list[EnvVar] | None = spec_field("Env vars to add or replace by name.", **_ENV_LIST)
+    # The CRD's list key is the mount's name (unique in the patch); the merge into the runtime's container is by
+    # mountPath, core/v1's patchMergeKey, as upstream's strategic merge does.
     volume_mounts: list[VolumeMount] | None = spec_field(
-        "Volume mounts to add or replace by mountPath.", list_map_keys=["mountPath"], max_items=128
+        "Volume mounts to add or replace by mountPath.", list_map_keys=["name"], max_items=128
     )
     security_context: SecurityContext | None = spec_field("Security context of the container.")
 
@@ -177,7 +195,7 @@ class PodSpecPatch(KubeModel):
         "Patches of containers, by name. Immutable.", list_map_keys=["name"], max_items=64, rules=[IMMUTABLE]
     )
     image_pull_secrets: list[LocalObjectReference] | None = spec_field(
-        "Image pull secrets added to the pods. Immutable.", list_type="atomic", max_items=64, rules=[IMMUTABLE]
+        "Image pull secrets added to the pods. Immutable.", list_map_keys=["name"], max_items=64, rules=[IMMUTABLE]
     )
     scheduling_gates: list[PodSchedulingGate] | None = spec_field(
         "Scheduling gates added to the pods.", list_map_keys=["name"], max_items=16
@@ -193,7 +211,7 @@ class PodSpecPatch(KubeModel):
 class PodTemplatePatch(KubeModel):
     """Patch of a Job's pod template."""
 
-    metadata: TemplateMeta | None = spec_field("Labels and annotations added to the pods.")
+    metadata: EmbeddedMeta | None = spec_field("Labels and annotations added to the pods.")
     spec: PodSpecPatch | None = spec_field("Pod spec fields to patch.")
 
 
@@ -206,14 +224,14 @@ class JobSpecPatch(KubeModel):
 class JobTemplatePatch(KubeModel):
     """Patch of one replicatedJob's Job template."""
 
-    metadata: TemplateMeta | None = spec_field("Labels and annotations added to the Jobs.")
+    metadata: EmbeddedMeta | None = spec_field("Labels and annotations added to the Jobs.")
     spec: JobSpecPatch | None = spec_field("Job spec fields to patch.")
 
 
 class ReplicatedJobPatch(KubeModel):
     """Patch of one replicatedJob of the runtime, matched by name."""
 
-    name: str = spec_field("Name of the runtime replicatedJob to patch.", required=True)
+    name: str = spec_field("Name of the runtime replicatedJob to patch.", required=True, max_length=253)
     template: JobTemplatePatch | None = spec_field("Patch of its Job template.")
 
 
@@ -228,7 +246,7 @@ class JobSetSpecPatch(KubeModel):
 class JobSetTemplatePatch(KubeModel):
     """Patch of the runtime's JobSet template."""
 
-    metadata: TemplateMeta | None = spec_field("Labels and annotations added to the JobSet.")
+    metadata: EmbeddedMeta | None = spec_field("Labels and annotations added to the JobSet.")
     spec: JobSetSpecPatch | None = spec_field("JobSet spec fields to patch.")
 
 
@@ -303,7 +321,7 @@ class TrainJobSpec(KubeModel):
 class JobStatus(KubeModel):
     """Job counts of one replicatedJob of the TrainJob's JobSet."""
 
-    name: str = spec_field("Name of the replicatedJob.", required=True)
+    name: str = spec_field("Name of the replicatedJob.", required=True, min_length=1, max_length=253)
     ready: int = spec_field("Jobs whose pods are all ready.", required=True, minimum=0)
     succeeded: int = spec_field("Jobs that completed successfully.", required=True, minimum=0)
     failed: int = spec_field("Jobs that failed.", required=True, minimum=0)
@@ -314,8 +332,8 @@ class JobStatus(KubeModel):
 class Metric(KubeModel):
     """A training metric reported by the trainer (e.g. loss)."""
 
-    name: str = spec_field("Metric name.", required=True, max_length=64)
-    value: str = spec_field("Metric value as text.", required=True, max_length=64)
+    name: str = spec_field("Metric name.", required=True, min_length=1, max_length=64)
+    value: str = spec_field("Metric value as text.", required=True, min_length=1, max_length=64)
 
 
 class TrainerStatus(KubeModel):
@@ -327,7 +345,7 @@ class TrainerStatus(KubeModel):
 
     progress_percentage: int | None = spec_field("Training progress, 0 to 100.", minimum=0, maximum=100)
     estimated_remaining_seconds: int | None = spec_field("Estimated seconds until training ends.", minimum=0)
-    metrics: list[Metric] | None = spec_field("Latest metrics.", list_map_keys=["name"], max_items=256)
+    metrics: list[Metric] | None = spec_field("Latest metrics.", list_type="atomic", max_items=256)
     last_updated_time: str | None = spec_field("When this status was last reported.", fmt="date-time")
 
 
@@ -356,16 +374,6 @@ class TrainJob(KubeModel):
         "group": c.TRAINER_GROUP, "version": c.TRAINER_VERSION, "kind": c.TRAINJOB_KIND,
         "plural": "trainjobs", "singular": "trainjob", "scope": "Namespaced",
         "status": True, "root_rules": NAME_RULES,
-        "printer_columns": [
-            {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
-            {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
-            {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
-            # trainguard's reconciler keeps this label (Created/Running/Suspended/Complete/Failed) because upstream's
-            # State column shows the last condition, which stays "Suspended" after a resume, and a Running condition
-            # would make the kubeflow SDK report running jobs as Created.
-            {"name": "Phase", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/state"},
-            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        ],
     }
 
     api_version: str | None = spec_field("trainer.kubeflow.org/v1alpha1")
@@ -411,8 +419,8 @@ class MPIMLPolicySource(KubeModel):
     """MPI (OpenMPI): a launcher plus nodes, an SSH key Secret and a hostfile ConfigMap."""
 
     num_proc_per_node: int | None = spec_field(
-        "MPI slots per node. Defaults to 1.", crd_default=c.DEFAULT_MPI_NUM_PROC_PER_NODE,
-        rules=[rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1")],
+        "MPI slots per node. Defaults to 1. Upstream v2.3 sets no lower bound here (unlike fluxPolicy's).",
+        crd_default=c.DEFAULT_MPI_NUM_PROC_PER_NODE,
     )
     mpi_implementation: str | None = spec_field(
         "MPI implementation; only OpenMPI is supported.", crd_default=c.DEFAULT_MPI_IMPLEMENTATION,
@@ -449,7 +457,8 @@ class MLPolicy(KubeModel):
     """How the training framework is set up: node count plus at most one framework."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        rule("[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost), has(self.flux)]"
+        # Upstream's expression, to the byte (its missing space included): the CRD is upstream's.
+        rule("[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost),has(self.flux)]"
              ".filter(x, x).size() <= 1", "Only one of the policy can be configured"),
     ]})
 
@@ -513,7 +522,7 @@ class JobSetTemplateSpec(KubeModel):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    metadata: TemplateMeta | None = spec_field("Labels and annotations of the JobSet.")
+    metadata: EmbeddedMeta | None = spec_field("Labels and annotations of the JobSet.")
     spec: JobSetSpec | None = spec_field("The JobSet spec (jobset.x-k8s.io/v1alpha2).")
 
 
@@ -535,16 +544,13 @@ class TrainingRuntimeSpec(KubeModel):
     )
 
 
-_RUNTIME_COLUMNS = [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
-
-
 class TrainingRuntime(KubeModel):
     """A namespaced runtime, usable by TrainJobs in its namespace."""
 
     __crd__: ClassVar[dict[str, Any]] = {
         "group": c.TRAINER_GROUP, "version": c.TRAINER_VERSION, "kind": c.TRAINING_RUNTIME_KIND,
         "plural": "trainingruntimes", "singular": "trainingruntime", "scope": "Namespaced",
-        "status": False, "root_rules": [], "printer_columns": _RUNTIME_COLUMNS,
+        "status": False, "root_rules": [],
     }
 
     api_version: str | None = spec_field("trainer.kubeflow.org/v1alpha1")
@@ -559,7 +565,7 @@ class ClusterTrainingRuntime(KubeModel):
     __crd__: ClassVar[dict[str, Any]] = {
         "group": c.TRAINER_GROUP, "version": c.TRAINER_VERSION, "kind": c.CLUSTER_TRAINING_RUNTIME_KIND,
         "plural": "clustertrainingruntimes", "singular": "clustertrainingruntime", "scope": "Cluster",
-        "status": False, "root_rules": [], "printer_columns": _RUNTIME_COLUMNS,
+        "status": False, "root_rules": [],
     }
 
     api_version: str | None = spec_field("trainer.kubeflow.org/v1alpha1")

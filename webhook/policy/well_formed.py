@@ -12,17 +12,19 @@ object under review here and denies with the field path, in the apiserver's word
     spec.runtimeRef: Invalid value: "torch-distributed": must be of type object
     spec.trainer.resourcesPerNode.limits[nvidia.com/gpu]: Invalid value: "8 ": quantities must match ...
 
-What is checked is derived from the typed models in ``webhook.api`` (the same classes ``hack/gen_crds.py`` turns
-into the CRDs), field by field: the JSON type of every typed field, required fields, ``maxItems``/``minItems``,
-``maxLength``/``minLength``, ``maxProperties``, ``enum`` and ``Literal`` values, ``minimum``/``maximum``,
-``pattern``, item ``maxLength``/``enum``, int64 range, and quantities. A ``null`` is refused wherever a type is
-declared except in ``metadata``: no field of these CRDs is ``nullable``, so the apiserver drops nulls while decoding,
-before any webhook, and only a file or a direct client sends one (``metadata`` it rebuilds from the typed ObjectMeta,
-which writes ``creationTimestamp: null``). Nothing stricter than the CRD: an object the apiserver stores always
-passes (stored runtimes and policies in the snapshot therefore need no check). Not checked: CEL rules (the
-apiserver's, after the mutating webhooks), unique keys of list-type map/set lists (the rules that care report them
-in their own words, and the merges are linear with duplicates too) and fields the models do not type (kept verbatim;
-the policy code does not read them).
+What is checked is derived from the typed models in ``webhook.api``, whose CRD facts are the CRDs' own
+(``tests/unit/api/test_models_match_crds.py``: the trainer.kubeflow.org CRDs are upstream's, the trainguard.io ones
+are generated from these models), field by field: the JSON type of every typed field, required fields,
+``maxItems``/``minItems``, ``maxLength``/``minLength``, ``maxProperties``, ``enum`` and ``Literal`` values,
+``minimum``/``maximum``, ``pattern``, item ``maxLength``/``enum``, int64 range, and quantities. A ``null`` is
+refused wherever a type is declared except in ``metadata``: no field of these CRDs is ``nullable``, so the apiserver
+drops nulls while decoding, before any webhook, and only a file or a direct client sends one (``metadata`` it
+rebuilds from the typed ObjectMeta, which writes ``creationTimestamp: null``). Nothing stricter than the CRD: an
+object the apiserver stores always passes (stored runtimes and policies in the snapshot therefore need no check).
+Not checked: CEL rules (the apiserver's, after the mutating webhooks), the ``minLength`` of names in a runtimePatch
+(left to the schema, so an empty name gets upstream's 422 rather than a 403: it harms no policy code), unique keys
+of list-type map/set lists (the rules that care report them in their own words, and the merges are linear with
+duplicates too) and fields the models do not type (kept verbatim; the policy code does not read them).
 
 Cost is bounded by the input: one pass over the typed fields, a list or string over its limit is reported from its
 length without looking inside, and the walk stops after ``MAX_ERRORS`` errors. Pure: no I/O, no clock.

@@ -74,7 +74,9 @@ def slots(draft: Draft) -> int:
     override = (draft.trainer or {}).get("numProcPerNode")
     if override is not None:
         return int(override)
-    configured = int(policy(draft).get("numProcPerNode") or 1)
+    # Upstream defaults only an absent value; an explicit 0 (its CRD sets no lower bound) gives 0 slots.
+    value = policy(draft).get("numProcPerNode")
+    configured = 1 if value is None else int(value)
     if configured == 1:
         gpus = gpu_count((draft.container(draft.node_job(), NODE) or {}).get("resources"))
         if gpus > 1:

@@ -183,10 +183,10 @@ def test_all_crds_apply_and_kubectl_explain_describes_fields(cluster):
             break
         time.sleep(0.5)
     assert proc.returncode == 0, proc.stderr
-    assert "Overrides of the training step" in proc.stdout
+    assert "trainer defines the configuration of the trainer." in proc.stdout  # upstream's description
     assert "numNodes" in proc.stdout and "resourcesPerNode" in proc.stdout
-    for resource, text in [("trainjob.spec.runtimeRef.kind", "ClusterTrainingRuntime (default)"),
-                           ("clustertrainingruntime.spec.mlPolicy", "at most one of torch, mpi, jax, xgboost or flux"),
+    for resource, text in [("trainjob.spec.runtimeRef.kind", "Defaults to ClusterTrainingRuntime."),
+                           ("clustertrainingruntime.spec.mlPolicy", "ML-specific parameters for the model training"),
                            ("trainjobpolicy.spec.priority", "higher first, ties by name"),
                            ("datasetcache.spec.memoryBudget", "Most memory the cache may hold per node")]:
         out = cluster.kubectl("explain", resource).stdout

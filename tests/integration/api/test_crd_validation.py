@@ -66,8 +66,6 @@ CREATE_RULES: list[tuple[str, Callable[[], dict], list[Change], str, list[Change
      [("spec.mlPolicy.torch", {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["a"]}]}})]),
     ("flux-num-proc", runtime, [("spec.mlPolicy", {"flux": {"numProcPerNode": 0}})],
      "NumProcPerNode in fluxPolicy must be >= 1", [("spec.mlPolicy", {"flux": {"numProcPerNode": 1}})]),
-    ("mpi-num-proc", runtime, [("spec.mlPolicy", {"mpi": {"numProcPerNode": 0}})],
-     "NumProcPerNode in mpiPolicy must be >= 1", [("spec.mlPolicy", {"mpi": {"numProcPerNode": 4}})]),
     ("mpi-implementation-enum", runtime, [("spec.mlPolicy", {"mpi": {"mpiImplementation": "Intel"}})],
      'spec.mlPolicy.mpi.mpiImplementation: Unsupported value: "Intel"',
      [("spec.mlPolicy", {"mpi": {"mpiImplementation": "OpenMPI"}})]),
