@@ -9,6 +9,7 @@ Watches are async iterators of ``WatchEvent``; an ERROR event inside the stream 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
@@ -29,6 +30,23 @@ JSON_PATCH = "application/json-patch+json"
 class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
     object: Object
+
+
+# A server-side apply body is YAML. JSON is YAML except for one thing: json.dumps writes a character beyond the BMP
+# (the emoji in the scripts upstream's Flux runtime ships) as a UTF-16 surrogate pair, which YAML rejects ("found
+# invalid Unicode character escape code"); YAML's own escape for it is \UXXXXXXXX. An even run of backslashes before
+# the \u means the pair is an escape, not text.
+_SURROGATE_PAIR = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def apply_body(obj: Mapping[str, Any]) -> bytes:
+    """``obj`` as an apply-patch+yaml body: JSON, with astral characters escaped the YAML way."""
+
+    def astral(m: re.Match[str]) -> str:
+        code = 0x10000 + ((int(m.group(2), 16) - 0xD800) << 10) + (int(m.group(3), 16) - 0xDC00)
+        return f"{m.group(1)}\\U{code:08x}"
+
+    return _SURROGATE_PAIR.sub(astral, json.dumps(obj)).encode()
 
 
 class KubeClient:
@@ -181,8 +199,7 @@ class KubeClient:
             "PATCH",
             resource.path(meta.get("namespace"), meta["name"], subresource),
             params=params,
-            # JSON is valid YAML; the apiserver accepts it under the apply-patch+yaml type.
-            body=json.dumps(obj).encode(),
+            body=apply_body(obj),
             content_type=APPLY_PATCH,
         )
 

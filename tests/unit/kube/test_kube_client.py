@@ -159,3 +159,19 @@ def test_error_frame_with_a_non_numeric_code_is_still_an_api_error() -> None:
     with pytest.raises(ApiError) as info:
         decode_watch_line(b'{"type": "ERROR", "object": {"code": "x", "message": "m"}}')
     assert info.value.code == 500
+
+
+@pytest.mark.parametrize("text", ["echo 🌀 ready 😪", "no astral: é ü", "\\ud83c\\udf00 is text, not an escape",
+                                  "\\\\🐸", "mixed \\\\\\ud83c🐸"])
+def test_apply_body_is_yaml_the_apiserver_reads(text: str) -> None:
+    # the apiserver parses apply-patch+yaml as YAML, which has no surrogate-pair escapes (upstream's Flux scripts carry emoji)
+    import re as _re
+
+    import yaml
+
+    from webhook.kube.client import apply_body
+
+    obj = {"data": {"entrypoint.sh": text}}
+    body = apply_body(obj).decode()
+    assert yaml.safe_load(body) == obj
+    assert not _re.search(r"(?<!\\)(?:\\\\)*\\ud[89ab]", body)
