@@ -3,7 +3,8 @@
 Modules:
 
 * ``base``       KubeModel (camelCase aliases, unknown fields kept, ``parse``/``dump``), ``spec_field``/``rule``
-                 (CRD facts attached to fields; ``hack/gen_crds.py`` turns them into ``crds/``)
+                 (CRD facts attached to fields: ``hack/gen_crds.py`` turns trainguard.io's into ``crds/``; the
+                 trainer.kubeflow.org CRDs are upstream's, and the facts on those models must equal theirs)
 * ``quantity``   Kubernetes resource quantities: exact parse, Go rounding (``2500m`` -> 3), sums, scaling
 * ``meta``       ObjectMeta, OwnerReference, Condition, LabelSelector (+ ``label_selector_matches``)
 * ``core``       embedded core/batch types: PodTemplateSpec, PodSpec, Container, EnvVar, ResourceRequirements...

@@ -6,9 +6,11 @@ extension - must come out exactly as it went in, or we would silently strip it. 
 keys (``extra="allow"``) and ``dump()`` emits only what was present in the input (``exclude_unset``), under the
 wire names (``by_alias``). For any object the API server accepts, ``Model.parse(obj).dump() == obj``.
 
-The same classes are the single source of truth for the CRDs: ``hack/gen_crds.py`` walks the fields and reads
-the CRD-only facts (defaults, list-map keys, CEL rules, printer columns) from ``json_schema_extra`` on a field
-(via :func:`spec_field`) or from the class's ``model_config["json_schema_extra"]`` (object-level rules). Python
+The trainguard.io classes are the single source of truth for their CRDs: ``hack/gen_crds.py`` walks the fields and
+reads the CRD-only facts (defaults, list-map keys, CEL rules, printer columns) from ``json_schema_extra`` on a field
+(via :func:`spec_field`) or from the class's ``model_config["json_schema_extra"]`` (object-level rules). The
+trainer.kubeflow.org CRDs are upstream's (``hack/crdgen/upstream.py``); the same facts on those models must equal
+the CRD's (``tests/unit/api/test_models_match_crds.py``), since the door check enforces them. Python
 defaults are never used for CRD defaults: a parsed object must say what the user sent, not what the API server
 would have filled in, so defaults live only in the schema metadata (``crd_default``) and in the
 ``default_*`` constants that code reading an object falls back to.
