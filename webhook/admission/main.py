@@ -13,7 +13,8 @@ connection cap is lowered to fit what that leaves, warnings and the event loop's
 is told to return large blocks to the system (``process.py``, ``ratelimit.py``). Both ports are ``GatedSite``
 listeners (``connections.py``): a connection cap, TLS handshake and request-head deadlines.
 
-SIGTERM/SIGINT stop accepting, finish in-flight reviews, then exit 0.
+SIGTERM/SIGINT: after `--shutdown-delay` seconds of draining (still serving, every response closing its connection),
+stop accepting, finish in-flight reviews, then exit 0.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -109,6 +110,9 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     net.add_argument("--body-budget-bytes", type=int, default=DEFAULT_BODY_BUDGET_BYTES,
                      help="bytes of request bodies held at once; a review that cannot get its share in --read-timeout gets "
                           "503 (default 32 MiB; bodies over 1 MiB share 75%% of it)")
+    net.add_argument("--shutdown-delay", type=float, default=0.0,
+                     help="seconds to keep serving after SIGTERM, each response closing its connection, before the "
+                          "listeners close (default 0; the chart sets 5 for rolling updates)")
     net.add_argument("--health-max-connections", type=int, default=HEALTH_MAX_CONNECTIONS,
                      help="connections open at once on the health port (default 128)")
 
@@ -212,6 +216,7 @@ async def serve(args: argparse.Namespace) -> int:
         raise StartupError(f"cannot load cluster configuration: {e}") from e
 
     stop = asyncio.Event()
+    draining = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -273,6 +278,11 @@ async def serve(args: argparse.Namespace) -> int:
             metrics, settings,
         )
         https = handler.runner()
+        # The apiserver pools connections per webhook Service, not per endpoint: one to a replica that is going
+        # away is reused until that replica closes it, and a request sent on it as the listener closes ends in EOF
+        # ("failed calling webhook"), a lost admission during every rolling update. While draining, each response
+        # tells the apiserver to close its connection, so its next request dials a replica still in the endpoints.
+        https.app.on_response_prepare.append(_close_when_draining(draining))
         await https.setup()
         runners.insert(0, https)
         site = GatedSite(https, args.bind_address, args.port, ssl_context=serving.context, limits=limits,
@@ -281,6 +291,10 @@ async def serve(args: argparse.Namespace) -> int:
         background.append(asyncio.create_task(_return_memory(memory, site, handler)))
         log.info("serving admission webhooks", extra={"port": args.port, "health_port": args.health_port, "paths": sorted(routes)})
         await stop.wait()
+        if args.shutdown_delay > 0:
+            log.info("draining", extra={"seconds": args.shutdown_delay})
+            draining.set()
+            await asyncio.sleep(args.shutdown_delay)
         log.info("shutting down")
         return 0
     finally:
@@ -320,6 +334,14 @@ async def _return_memory(memory: MemoryReturner, site: GatedSite, handler: Admis
         bodies_held = handler.budget.take_peak()
         if connections_gone >= 32 or bodies_held >= 4 * 1024 * 1024:
             memory.trim()
+
+
+def _close_when_draining(draining: asyncio.Event) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def prepare(_: web.Request, response: web.StreamResponse) -> None:
+        if draining.is_set():
+            response.force_close()
+
+    return prepare
 
 
 async def _stopped(stop: asyncio.Event, delay: float) -> bool:
