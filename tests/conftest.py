@@ -7,8 +7,9 @@
   trainguard's own ``crds/`` are applied once.
 - ``namespace`` (function): a fresh namespace per test.
 
-Tests under ``tests/integration/``, ``tests/e2e/`` and ``tests/security/`` are marked ``cluster`` automatically; unit tests never start
-the control plane (the fixture is lazy), so ``pytest -m "not cluster"`` runs without Go or a cluster.
+Tests under ``tests/integration/``, ``tests/e2e/``, ``tests/security/`` and ``tests/parity/`` are marked ``cluster``
+automatically; unit tests never start the control plane (the fixture is lazy), so ``pytest -m "not cluster"`` runs
+without Go or a cluster.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ HACK = REPO / "hack"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("integration", "e2e", "security"):
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("integration", "e2e", "security", "parity"):
             item.add_marker(pytest.mark.cluster)
 
 
