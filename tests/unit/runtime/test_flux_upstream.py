@@ -176,3 +176,18 @@ def test_flux_settings_are_upstreams(case, node_env, trainer_env, image):
     tj = _trainjob("t", {"numNodes": 1, "env": trainer_env})
     jobset = build_objects(tj, _runtime(node_env), keys=placeholder_keys())[0]
     assert pod(rjob(jobset, "node"))["initContainers"][0]["image"] == image
+
+
+@pytest.mark.parametrize(("trainer", "nodes"), [({"numProcPerNode": 2}, 3), (None, 3)], ids=["no numNodes", "no trainer"])
+def test_flux_without_num_nodes_deliberately_differs_from_upstream(trainer, nodes):
+    """Upstream dereferences ``spec.trainer.numNodes`` (and ``spec.trainer``) unguarded and panics; here the job
+    runs on the trainer job's pod count, the runtime's ``mlPolicy.numNodes``."""
+    rt = _runtime()
+    rt["spec"]["mlPolicy"]["numNodes"] = nodes
+    tj = _trainjob("t", trainer)
+    if trainer is None:
+        del tj["spec"]["trainer"]
+    jobset, configmap = build_objects(tj, rt, keys=placeholder_keys())[:2]
+    assert rjob(jobset, "node")["template"]["spec"]["parallelism"] == nodes
+    assert f'hosts="t-node-0-[0-{nodes - 1}]"' in configmap["data"]["init.sh"]
+    assert f'flags="-N {nodes} -n {nodes * ((trainer or {}).get("numProcPerNode") or 1)}  "' in configmap["data"]["entrypoint.sh"]
