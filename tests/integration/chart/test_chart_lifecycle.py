@@ -10,6 +10,11 @@ chart_harness.py: host processes stand in for the pods, reached by the apiserver
   every TrainJob) and keeps CRDs and user data.
 - The issue's done-when: from a cluster with nothing of trainguard, one ``helm install -f values.yaml`` (a GPU
   policy and the torch runtime from values) enforces the policy and runs a TrainJob on the torch runtime to a JobSet.
+
+Deliberate differences from Kubeflow Trainer v2.3's chart, each pinned here: its CRD templates carry no resource
+policy, so its ``helm uninstall`` deletes the CRDs and every TrainJob with them, where trainguard's keep them
+(``test_crds_are_installed_upgraded_and_kept_by_helm``); its ``jobset.install`` defaults to true, trainguard's to
+false (``test_jobset_chart_version_is_the_pinned_module_and_the_declared_dependency``).
 """
 
 from __future__ import annotations

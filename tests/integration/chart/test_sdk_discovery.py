@@ -2,7 +2,10 @@
 
 - Rendered like upstream's (templates/manager/public-configmap.yaml and rbac/public_configmap_role*.yaml of the
   v2.3.0 chart): ConfigMap ``kubeflow-trainer-public`` in the release namespace with ``kubeflow_trainer_version``,
-  a Role allowing get/list/watch on that one ConfigMap by name, bound to the group ``system:authenticated``.
+  a Role allowing get/list/watch on that one ConfigMap by name, bound to the group ``system:authenticated``. One
+  deliberate difference: upstream writes its chart version there (``v2.3.0``); trainguard's chart version (0.1.0)
+  says nothing about the API an SDK talks to, so the value is the Kubeflow Trainer version whose API trainguard
+  serves, ``v2.3.0``.
 - The Kubeflow SDK (``kubeflow`` 0.5, in .venv) constructs ``TrainerClient()`` as an ordinary authenticated user
   (a ServiceAccount with no other rights) and warns that the control plane is missing before the chart's objects
   exist, and not after; that user can read this ConfigMap and no other.
