@@ -6,8 +6,9 @@ selfLink), kubectl's last-applied annotation, ownerReference uids, timestamps (a
 and annotations (``trainguard.io/state``, ``trainguard.io/policy-effects``, ``trainguard.io/scheduler-name``), which
 upstream has no equivalent of. Secrets are compared by type and key set (their values are random key material on
 both sides). A zero Go struct that upstream stores as ``{}`` (pod template ``metadata``, container ``resources``,
-a claim template's ``status``) equals an absent one. Nothing else is touched: list order, defaults, env and volumes
-are compared as stored.
+a claim template's ``status``) equals an absent one. Container env is compared by name (upstream's own order varies
+from one manager start to the next, see ``_env_by_name``). Nothing else is touched: other lists' order, defaults and
+volumes are compared as stored.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def _drop_zero_structs(value: Any) -> Any:
         return {k: _drop_zero_structs(v) for k, v in value.items() if not (k in ZERO_STRUCTS and v == {})}
     if isinstance(value, list):
         return [_drop_zero_structs(v) for v in value]
+    return value
+
+
+def _env_by_name(value: Any) -> Any:
+    """Container env sorted by name. Upstream's framework builds its plugin lists by ranging over a Go map
+    (pkg/runtime/framework/core/framework.go), so whether an ML plugin's env (DMLC_*, JAX_*, OMPI_*) lands before or
+    after the trainer's env changes from one manager start to the next: the order is not upstream behaviour."""
+    if isinstance(value, dict):
+        out = {k: _env_by_name(v) for k, v in value.items()}
+        env = out.get("env")
+        if isinstance(env, list) and all(isinstance(e, dict) and "name" in e for e in env):
+            out["env"] = sorted(env, key=lambda e: str(e["name"]))
+        return out
+    if isinstance(value, list):
+        return [_env_by_name(v) for v in value]
     return value
 
 
@@ -71,7 +87,7 @@ def normalize_object(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     if obj.get("kind") == "Secret":
         obj = {"kind": "Secret", "metadata": obj["metadata"], "type": obj.get("type"),
                "keys": sorted((obj.get("data") or {}).keys())}
-    return _drop_zero_structs(_times(obj, namespace))
+    return _env_by_name(_drop_zero_structs(_times(obj, namespace)))
 
 
 _TIME_IN_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
