@@ -339,6 +339,16 @@ def build_corpus(module_dir: Path, scope: dict[str, str]) -> list[Case]:
         runtimePatches=[patch("a.io/p", [pod_patch("node", containers=[{"name": "", "env": []}])])]),),
         origin="invalid", note="known: CRD schema (issue 12)"))
 
+    azure = {"name": "disk", "azureDisk": {"diskName": "d", "diskURI": "https://example/d"}}
+    cases.append(Case("patch-azure-disk", jobs=(trainjob("patch-azure-disk", "torch-distributed", runtimePatches=[
+        patch("a.io/p", [pod_patch("node", volumes=[azure], containers=[
+            {"name": "node", "volumeMounts": [{"name": "disk", "mountPath": "/disk"}]}])])]),),
+        note="known: CRD schema defaults (issue 12)"))
+    cases.append(Case("rt-azure-disk", runtimes=(training_runtime("rt-azure", runtime_spec({"torch": {}}, [
+        job("node", [container("node", volumeMounts=[{"name": "disk", "mountPath": "/disk"}])], ancestor="trainer",
+            pod_spec={"volumes": [azure]})])),),
+        jobs=(trainjob("rt-azure-disk", "rt-azure", "TrainingRuntime"),), note="known: CRD schema defaults (issue 12)"))
+
     spec_cos = plain_spec({"coscheduling": {"scheduleTimeoutSeconds": 90}}, CPU)
     cases.append(Case("cosched", runtimes=(training_runtime("rt-cosched", spec_cos),),
                       jobs=(trainjob("cosched", "rt-cosched", "TrainingRuntime", trainer={"numNodes": 3}),)))
