@@ -83,3 +83,22 @@ def test_connection_limits_reach_the_webhook_as_flags_it_accepts(cluster: Cluste
                                 for a in defaults["spec"]["template"]["spec"]["containers"][0]["args"][1:]])
     assert (parsed.max_connections, parsed.header_timeout, parsed.body_budget_bytes, parsed.policy_timeout) == (
         1024, 10.0, 32 * 1024 * 1024, 3.0)
+
+
+def test_multikueue_dispatchers_reach_the_webhook_as_flags_it_accepts(cluster: Cluster) -> None:
+    """A MultiKueue worker's webhook must know the manager's Kueue identity; none by default (a user's origin label
+    alone never switches the worker into keeping the manager's decisions)."""
+    from webhook.admission.main import configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+
+    def parsed(*sets: str) -> argparse.Namespace:
+        deployment = _one(render(cluster, "tg", "tg-system", *sets), "Deployment", "tg-trainguard-webhook")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        return parser.parse_args([a.replace("$(POD_NAMESPACE)", "tg-system") for a in args[1:]])
+
+    users = "system:serviceaccount:kueue-system:multikueue"
+    assert parsed(f"webhook.multikueueDispatchers={{{users},mk-manager-2}}").multikueue_dispatcher == [
+        users, "mk-manager-2"]
+    assert parsed().multikueue_dispatcher == []
