@@ -283,6 +283,8 @@ def build_corpus(module_dir: Path, scope: dict[str, str]) -> list[Case]:
                 trainer["numProcPerNode"] = nproc
             cases.append(Case(name, jobs=(trainjob(name, "flux-distributed", trainer=trainer),),
                               origin="invalid" if nproc == 0 else "variation"))
+        cases.append(Case("flux-no-numnodes", jobs=(trainjob("flux-no-numnodes", "flux-distributed", trainer={
+            "command": ["hostname"]}),), deliberate=("flux-default-numnodes",)))
 
     # 4. namespaced runtimes: initializers, coscheduling, patches to each job kind
     rt_init = training_runtime("rt-init", torch_with_initializers_spec())

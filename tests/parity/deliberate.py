@@ -70,6 +70,13 @@ DELIBERATE: dict[str, tuple[str, str]] = {
         "naming `spec.trainer.numNodes` | `webhook/runtime/validate.py`, `tests/unit/runtime/test_num_nodes.py`, "
         "parity case `numnodes-negative` |",
     ),
+    "flux-default-numnodes": (
+        "upstream's Flux plugin dereferences trainer.numNodes unguarded: its reconciler panics (recovered, retried "
+        "forever) and builds nothing; trainguard runs the job on the runtime's count",
+        "| Flux TrainJob without `trainer.numNodes` | the reconciler panics on a nil pointer (recovered, retried) and "
+        "nothing is built | built on the runtime's `mlPolicy.numNodes` | `webhook/runtime/flux.py`, "
+        "`tests/unit/runtime/test_flux_upstream.py`, parity case `flux-no-numnodes` |",
+    ),
     "door-check": (
         "a malformed object is denied (403) naming the field before any policy work; upstream's defaulter answers "
         "400 for what it cannot decode",
@@ -194,6 +201,18 @@ def _door(up: Reading, tg: Reading) -> tuple[Reading, Reading]:
     return up, tg
 
 
+def _upstream_builds_nothing(up: Reading, tg: Reading) -> tuple[Reading, Reading]:
+    """Upstream admitted the TrainJob but built nothing for it; trainguard built it: trainguard's built objects are
+    set aside, everything else (admission, the stored TrainJob) must still match."""
+    if any(k.startswith("JobSet/") for k in up["objects"]):
+        raise NotThisDifference("upstream built a JobSet")
+    if not any(k.startswith("JobSet/") for k in tg["objects"]):
+        raise NotThisDifference("trainguard built no JobSet")
+    tg = copy.deepcopy(tg)
+    tg["objects"] = {k: v for k, v in tg["objects"].items() if k in up["objects"] or k.startswith("TrainJob/")}
+    return up, tg
+
+
 ACCEPT: dict[str, Callable[[Reading, Reading], tuple[Reading, Reading]]] = {
     "runtime-snapshot": _snapshot,
     "runtimepatch-missing-target": _trainguard_denies(("TrainJob",), ("create", "update1", "update2"),
@@ -202,6 +221,7 @@ ACCEPT: dict[str, Callable[[Reading, Reading], tuple[Reading, Reading]]] = {
     "runtime-webhook-opt-out": _trainguard_denies(("TrainingRuntime",), ("create",), "spec.template"),
     "trainingruntime-update-validation": _trainguard_denies(("TrainingRuntime",), ("update1",), "spec.template"),
     "door-check": _door,
+    "flux-default-numnodes": _upstream_builds_nothing,
     "negative-numnodes": _trainguard_denies(("TrainJob",), ("create",), "spec.trainer.numNodes"),
     "value-rendering": _value_rendering,
     "trainingruntime-stricter-checks": _trainguard_denies(("TrainingRuntime",), ("create",),
