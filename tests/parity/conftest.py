@@ -3,7 +3,8 @@ controller, no TrainJobPolicy) on the session's ``cluster``; the whole corpus ap
 
 ``parity_run`` (session) starts both, applies the corpus (tests/parity/corpus.py) in batches and returns every
 case's two readings; each ``test_parity[<case>]`` then only compares. Logs of the three processes stay in the
-session's temporary directory (their paths are printed with a failing case).
+session's temporary directory (their paths are printed with a failing case); with ``TRAINGUARD_PARITY_OUT=DIR`` the
+normalised readings of every case (``readings.json``, with the phase timings) and the three logs are kept in DIR.
 """
 
 from __future__ import annotations
