@@ -64,6 +64,13 @@ def ancestor(rjob: Object) -> str | None:
     return labels.get(ANCESTOR_LABEL)
 
 
+def containers_as_go_writes_them(rjob: Object) -> list[Any]:
+    """The job's containers as upstream quotes them in its message: the decoded Go structs, where the non-pointer
+    ``resources`` struct is always present (``{}`` when unset) and everything else as written."""
+    return [{**c, "resources": c.get("resources") or {}} if isinstance(c, dict) else c
+            for c in pod_spec(rjob).get("containers") or []]
+
+
 def upstream_replicated_job_errors(runtime: Object) -> list[FieldError]:
     """§2.6 ``validateReplicatedJobs``: replicas and required container for ancestor-labelled jobs."""
     errors: list[FieldError] = []
@@ -76,7 +83,7 @@ def upstream_replicated_job_errors(runtime: Object) -> list[FieldError]:
             errors.append(invalid(f"{RJOBS_PATH}[{i}].replicas", replicas, "always must be 1"))
         if ANCESTOR_CONTAINER[step] not in container_names(rjob):
             errors.append(invalid(
-                f"{RJOBS_PATH}[{i}].template.spec.template.spec.containers", container_names(rjob),
+                f"{RJOBS_PATH}[{i}].template.spec.template.spec.containers", containers_as_go_writes_them(rjob),
                 f"must contain the required container for the ancestor: {step}",
             ))
     return errors

@@ -45,7 +45,7 @@ def validate(draft: Draft) -> list[FieldError]:
                 errors.append(
                     invalid(
                         "spec.runtimeRef",
-                        spec.get("runtimeRef"),
+                        target,  # upstream quotes the whole envInjection target, not the runtimeRef
                         f'envInjection target podSet "{target.get("jobName")}" container "{container}" not found in runtime template',
                     )
                 )

@@ -242,7 +242,7 @@ RUNTIME_CASES = [
                 [rjob("model-initializer", ancestor="model-initializer", containers=("model-initializer",), replicas=3),
                  trainer_job()], (f"{P}[0].replicas: Invalid value: 3: always must be 1",)),
     RuntimeCase("trainer-without-node-container", [rjob("node", ancestor="trainer", containers=("main",))],
-                (f'{P}[0].template.spec.template.spec.containers: Invalid value: ["main"]: '
+                (f'{P}[0].template.spec.template.spec.containers: Invalid value: [{{"image":"ghcr.io/acme/base:1","name":"main","resources":{{}}}}]: '
                  "must contain the required container for the ancestor: trainer",)),
     RuntimeCase("dataset-initializer-without-its-container",
                 [rjob("dataset-initializer", ancestor="dataset-initializer", containers=("x",)), trainer_job()],

@@ -25,11 +25,11 @@ CASES = [
                   replicas=3), rjob("node", ancestor="trainer")),
      f"{RJ}[0].replicas: Invalid value: 3: always must be 1"),
     ("trainer job needs container node", runtime(rjob("node", ancestor="trainer", containers=("main",))),
-     f'{RJ}[0].template.spec.template.spec.containers: Invalid value: ["main"]: '
+     f'{RJ}[0].template.spec.template.spec.containers: Invalid value: [{{"name":"main","image":"python:3.12","resources":{{}}}}]: '
      "must contain the required container for the ancestor: trainer"),
     ("model initializer needs its container",
      runtime(rjob("model-initializer", ancestor="model-initializer", containers=("x",)), rjob("node", ancestor="trainer")),
-     f'{RJ}[0].template.spec.template.spec.containers: Invalid value: ["x"]: '
+     f'{RJ}[0].template.spec.template.spec.containers: Invalid value: [{{"name":"x","image":"python:3.12","resources":{{}}}}]: '
      "must contain the required container for the ancestor: model-initializer"),
     ("unknown ancestor values are ignored",
      runtime(rjob("sidecar", ancestor="something-else", containers=("x",), replicas=4), rjob("node", ancestor="trainer")),

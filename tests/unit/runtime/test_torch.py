@@ -116,9 +116,9 @@ def _injection_runtime(targets):
     "targets, message",
     [
         ([{"jobName": "node", "containerNames": ["missing"]}],
-         'spec.runtimeRef: Invalid value: {"name":"rt"}: envInjection target podSet "node" container "missing" not found in runtime template'),
+         'spec.runtimeRef: Invalid value: {"jobName":"node","containerNames":["missing"]}: envInjection target podSet "node" container "missing" not found in runtime template'),
         ([{"jobName": "ghost", "containerNames": ["sidecar"]}],
-         'spec.runtimeRef: Invalid value: {"name":"rt"}: envInjection target podSet "ghost" container "sidecar" not found in runtime template'),
+         'spec.runtimeRef: Invalid value: {"jobName":"ghost","containerNames":["sidecar"]}: envInjection target podSet "ghost" container "sidecar" not found in runtime template'),
         ([{"jobName": "node", "containerNames": ["sidecar", "warmup"]}], ""),
     ],
     ids=["reject-container", "reject-job", "accept"],
