@@ -14,7 +14,8 @@ is told to return large blocks to the system (``process.py``, ``ratelimit.py``).
 listeners (``connections.py``): a connection cap, TLS handshake and request-head deadlines.
 
 SIGTERM/SIGINT: after `--shutdown-delay` seconds of draining (still serving, every response closing its connection),
-stop accepting, finish in-flight reviews, then exit 0.
+stop accepting, wait for the client to close the connections it kept alive (``drain``: never closed from this side,
+at most ``--idle-timeout`` + ``--read-timeout``), finish in-flight reviews, then exit 0.
 """
 
 from __future__ import annotations
@@ -293,8 +294,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
         if args.shutdown_delay > 0:
             log.info("draining", extra={"seconds": args.shutdown_delay})
-            draining.set()
-            await asyncio.sleep(args.shutdown_delay)
+            await drain(site, draining, args.shutdown_delay, linger=args.idle_timeout + args.read_timeout)
         log.info("shutting down")
         return 0
     finally:
@@ -336,10 +336,37 @@ async def _return_memory(memory: MemoryReturner, site: GatedSite, handler: Admis
             memory.trim()
 
 
+async def drain(site: GatedSite, draining: asyncio.Event, delay: float, linger: float) -> None:
+    """A replica's way out of a rolling update without failing a review.
+
+    For ``delay`` seconds everything is served and every response closes its connection (``draining``): the
+    apiserver's endpoints catch up with the replica's removal and each pooled connection that carries a request is
+    closed by the apiserver after its answer. Then the listener closes, but the kept-alive connections the
+    apiserver has not used since stay open until the apiserver closes them itself (on its next request's
+    ``Connection: close``, or after its 90 s idle timeout), at most ``linger`` seconds. Closing one from this side
+    is never safe in HTTP/1.1: the apiserver can pick an idle pooled connection and write a review on it just as
+    the close arrives, and Go does not resend a POST that was written: the review fails with "EOF". Its pool
+    hands out the most recently used connection first, so one to this replica can sit idle under one to another
+    replica for the whole delay and be picked only when two reviews overlap."""
+    draining.set()
+    await asyncio.sleep(delay)
+    await site.stop()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + linger
+    while site.gate.open > 0 and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    if site.gate.open:
+        log.info("closing connections left open", extra={"connections": site.gate.open})
+
+
 def _close_when_draining(draining: asyncio.Event) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
     async def prepare(_: web.Request, response: web.StreamResponse) -> None:
         if draining.is_set():
             response.force_close()
+            # aiohttp computes its own Connection header before this hook runs, so force_close() alone closed the
+            # connection after a response that did not say so: the apiserver put it back in its pool and could
+            # write its next review on it as it closed ("EOF"). The header is written after the hook.
+            response.headers["Connection"] = "close"
 
     return prepare
 

@@ -217,15 +217,21 @@ class PodStandIn:
         self.c.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager", "endpointslice-controller",
                        "-f", "-", input=json.dumps(body))
 
-    def stop(self) -> None:
-        """A pod's termination as the kubelet and the EndpointSlice controller do it: out of the endpoints and
-        SIGTERM at once (no preStop delay), then the process's own graceful exit."""
+    def terminate(self) -> None:
+        """A pod's deletion as the kubelet and the EndpointSlice controller do it: out of the endpoints and SIGTERM
+        at once (no preStop delay); the process drains on its own (``stop`` waits for it)."""
         if self.service:
             self.publish(ready=False)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, grace: float = 30) -> None:
+        """``terminate``, then the process's own graceful exit, killed after ``grace`` seconds as the kubelet does
+        at terminationGracePeriodSeconds; the EndpointSlice goes with the pod."""
+        self.terminate()
+        if self.proc is not None and self.proc.poll() is None:
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
@@ -249,6 +255,7 @@ class Release:
         self.c, self.name, self.namespace, self.log_dir = c, name, namespace, log_dir
         self.webhooks: list[PodStandIn] = []
         self.controllers: list[PodStandIn] = []
+        self.terminating: list[PodStandIn] = []  # SIGTERMed, draining
         self._generation = 0
 
     def helm(self, verb: str, chart: Path = CHART, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -343,16 +350,28 @@ class Release:
 
     def roll_webhooks(self) -> None:
         """A Deployment's rolling update (maxUnavailable 0): a new pod ready, then an old one out, one at a time,
-        each new one from the release's current revision."""
+        each new one from the release's current revision. Like the Deployment controller, the next step does not
+        wait for a terminating pod to exit: it drains (up to minutes, until the apiserver closes the connections
+        it kept alive) while the rollout goes on."""
         for old in list(self.webhooks):
             self.start_webhook()
-            old.stop()
+            old.terminate()
             self.webhooks.remove(old)
+            self.terminating.append(old)
 
-    def stop_all(self) -> None:
-        for pod in self.webhooks + self.controllers:
+    def stop_all(self, grace: float = 10) -> None:
+        """Every pod deleted at once (SIGTERM to all, then one shared ``grace`` before the kills): a webhook drains
+        until the apiserver closes its idle connections, which nothing here needs to wait out at the end."""
+        pods = self.terminating + self.webhooks + self.controllers
+        for pod in pods:
             try:
-                pod.stop()
+                pod.terminate()
             except Exception:  # noqa: BLE001 - the apiserver may already be gone; the processes must still go
                 pod.kill()
-        self.webhooks, self.controllers = [], []
+        deadline = time.monotonic() + grace
+        for pod in pods:
+            try:
+                pod.stop(max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001
+                pod.kill()
+        self.terminating, self.webhooks, self.controllers = [], [], []

@@ -199,7 +199,8 @@ class ApplyLoop(threading.Thread):
                 self.created.append(self.api.create_namespaced_custom_object(
                     *TRAINER, self.namespace, "trainjobs", trainjob(f"loop-{i}", self.namespace)))
             except ApiException as err:
-                self.failures.append(f"loop-{i}: {err.status} {err.body}")
+                at = time.strftime("%H:%M:%S", time.gmtime()) + f"{time.time() % 1:.3f}"[1:]
+                self.failures.append(f"loop-{i} at {at} UTC: {err.status} {err.body}")
             i += 1
             time.sleep(0.05)  # a steady stream, not a flood: the machine also runs the apiserver and four replicas
 
