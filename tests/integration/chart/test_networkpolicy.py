@@ -102,3 +102,19 @@ def test_multikueue_dispatchers_reach_the_webhook_as_flags_it_accepts(cluster: C
     assert parsed(f"webhook.multikueueDispatchers={{{users},mk-manager-2}}").multikueue_dispatcher == [
         users, "mk-manager-2"]
     assert parsed().multikueue_dispatcher == []
+
+
+def test_webhook_pods_get_time_to_drain_before_the_kubelet_kills_them(cluster: Cluster) -> None:
+    """After SIGTERM a replica serves for --shutdown-delay and then waits up to idle + read timeout for the apiserver
+    to close its kept-alive connections (closing one from this side can lose a review); a kill before that ends
+    would close them anyway."""
+    from webhook.admission.main import configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    for sets in ([], ["webhook.idleTimeout=300", "webhook.readTimeout=30"]):
+        deployment = _one(render(cluster, "tg", "tg-system", *sets), "Deployment", "tg-trainguard-webhook")
+        pod = deployment["spec"]["template"]["spec"]
+        args = parser.parse_args([a.replace("$(POD_NAMESPACE)", "tg-system") for a in pod["containers"][0]["args"][1:]])
+        assert args.shutdown_delay > 0
+        assert pod["terminationGracePeriodSeconds"] > args.shutdown_delay + args.idle_timeout + args.read_timeout
