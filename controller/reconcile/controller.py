@@ -121,7 +121,10 @@ class Controller:
         self.agent_pods = informer(PODS, label_selector=f"{LABEL_COMPONENT}={COMPONENT}")
         # Trainer pods held until their DatasetCache is warm: metadata and scheduling gates only.
         self.gated_pods = informer(PODS, label_selector=WAITS_FOR_LABEL, transform=gated_pod_view)
-        self.podgroups = [informer(COSCHEDULING_PODGROUPS), informer(VOLCANO_PODGROUPS)] if settings.watch_podgroups else []
+        # Most clusters serve at most one of the two PodGroup kinds: an unserved one is an empty cache that keeps looking
+        # (picked up once its CRD is installed), not a warning on every retry.
+        self.podgroups = ([informer(COSCHEDULING_PODGROUPS, absent_ok=True), informer(VOLCANO_PODGROUPS, absent_ok=True)]
+                          if settings.watch_podgroups else [])
         # TrainJobPolicies and Namespace labels for the Enforce check, through the webhook's own snapshot builders.
         self.policy_view = ClusterCaches(
             kube, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],

@@ -39,3 +39,16 @@ def test_the_controller_does_not_watch_secrets() -> None:
     assert SECRETS not in resources
     (snapshots,) = [inf for inf in controller._informers if inf.resource is CONFIGMAPS and inf.namespace == "tg-system"]
     assert snapshots.label_selector == "trainguard.io/runtime-snapshot-of-uid"
+
+
+def test_podgroup_kinds_are_optional_caches() -> None:
+    """scheduler-plugins' and Volcano's PodGroup CRDs are optional: an unserved kind is an empty, synced cache that
+    keeps looking (no warning per retry), while the kinds the controller needs still report list/watch failures."""
+    from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+    from webhook.kube.resources import TRAINJOBS
+
+    controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
+    optional = {inf.resource.plural + "." + inf.resource.group for inf in controller._informers if inf.absent_ok}
+    assert optional == {COSCHEDULING_PODGROUPS.plural + "." + COSCHEDULING_PODGROUPS.group,
+                        VOLCANO_PODGROUPS.plural + "." + VOLCANO_PODGROUPS.group}
+    assert not any(inf.absent_ok for inf in controller._informers if inf.resource is TRAINJOBS)
