@@ -25,7 +25,7 @@ round and compared by ratios within the run; the spread over rounds is reported)
 * **Server side**: the webhook's ``trainguard_admission_duration_seconds`` histogram, scraped before/after every
   (b) cell (so it covers exactly those reviews); a direct HTTPS POST of the same AdmissionReviews to the webhook
   (no apiserver: the webhook's HTTP + TLS + JSON + policy); and in process, thousands of calls of
-  ``webhook.policy.pipeline.mutate_trainjob`` / ``validate_trainjob`` alone and of the server's review step
+  ``trainguard.webhook.policy.pipeline.mutate_trainjob`` / ``validate_trainjob`` alone and of the server's review step
   (``parse_review`` + ``AdmissionHandler.review`` incl. the JSON patch + response encoding), plus a cProfile of
   the latter to show where the time goes.
 """
@@ -65,13 +65,13 @@ import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from webhook.admission.metrics import AdmissionMetrics  # noqa: E402
-from webhook.admission.registration import NAMESPACE_NAME_LABEL, Registration, webhook_configurations  # noqa: E402
-from webhook.admission.review import parse_review  # noqa: E402
-from webhook.admission.routes import bind_routes  # noqa: E402
-from webhook.admission.server import AdmissionHandler, _dumps  # noqa: E402
-from webhook.policy.pipeline import mutate_trainjob, validate_trainjob  # noqa: E402
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot  # noqa: E402
+from trainguard.webhook.admission.metrics import AdmissionMetrics  # noqa: E402
+from trainguard.webhook.admission.registration import NAMESPACE_NAME_LABEL, Registration, webhook_configurations  # noqa: E402
+from trainguard.webhook.admission.review import parse_review  # noqa: E402
+from trainguard.webhook.admission.routes import bind_routes  # noqa: E402
+from trainguard.webhook.admission.server import AdmissionHandler, _dumps  # noqa: E402
+from trainguard.webhook.policy.pipeline import mutate_trainjob, validate_trainjob  # noqa: E402
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot  # noqa: E402
 
 PLAIN, HOOK, OWN = "bench-plain", "bench-hook", "trainguard-system"
 GROUP_PATH = "/apis/trainer.kubeflow.org/v1alpha1"
@@ -444,7 +444,7 @@ def profile(cases: dict[str, Callable[[], Any]], n: int) -> dict[str, Any]:
 
     shares = {
         # effective_job_or_none runs once per webhook (not recursive): its cumulative time is the whole runtime build
-        "effective job (webhook.runtime, once per webhook)": cum(lambda k: k[2] == "effective_job_or_none"),
+        "effective job (trainguard.webhook.runtime, once per webhook)": cum(lambda k: k[2] == "effective_job_or_none"),
         "copy.deepcopy, all callers (runtime merge/draft, defaults, timestamps)": tot(lambda k: k[0].endswith("copy.py")),
         "jsonpatch.make_patch": cum(lambda k: k[2] == "make_patch"),
         "parse_review (json.loads + models at the door)": cum(lambda k: k[2] == "parse_review"),

@@ -41,9 +41,9 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from webhook.policy import pipeline, well_formed  # noqa: E402
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot  # noqa: E402
-from webhook.runtime import merge  # noqa: E402
+from trainguard.webhook.policy import pipeline, well_formed  # noqa: E402
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot  # noqa: E402
+from trainguard.webhook.runtime import merge  # noqa: E402
 from tests.unit.runtime.scan_merges import scan_keyed_list, scan_upsert  # noqa: E402  (merge.py at 1e7203f)
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=timezone.utc)

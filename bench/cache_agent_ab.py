@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from controller.cache.client import CacheClient  # noqa: E402
+from trainguard.cache.client import CacheClient  # noqa: E402
 
 MiB = 1 << 20
 
@@ -51,7 +51,7 @@ def extract(rev: str, into: Path) -> Path:
 
 def start_agent(tree: Path, root: Path, socket_path: Path) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "cache-agent", f"--root={root}", f"--socket={socket_path}",
+        [sys.executable, "-m", "trainguard.webhook.cli", "cache-agent", f"--root={root}", f"--socket={socket_path}",
          f"--memory-budget={1 << 30}", "--http-port=-1", "--maintain-interval=3600", "--rescan-interval=3600",
          "--log-level=warning"],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},

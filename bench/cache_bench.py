@@ -7,7 +7,7 @@ Run from the repository root (a script, not a test)::
 
 Three ways a consumer reads the same shards, measured side by side in one run:
 
-* ``agent``: ``controller.cache.client`` asks a real ``trainguard cache-agent`` process for the shard, receives its
+* ``agent``: ``trainguard.cache.client`` asks a real ``trainguard cache-agent`` process for the shard, receives its
   fd over the Unix socket (SCM_RIGHTS) and maps it: the page-cache pages are shared, nothing is copied on the way.
   Two ways, both opening every shard through the agent in every pass: ``open`` (one request per shard) and
   ``open_shards`` (what a DataLoader walking a shard list uses: ``open_many`` requests of 32 shards, all their fds
@@ -20,7 +20,7 @@ The consumer's work is identical in all three: every byte passes through a 1 MiB
 "warm" means the shards are in the page cache (the agent warmed them); "cold" means they were dropped with
 posix_fadvise(DONTNEED) right before each pass. First-byte latency is from "I want shard X" to holding its first
 byte, with the page cache warm. A GPU section (H2D copies from the pinned vs. pageable mapping) runs only when
-``controller.cache.client.pin`` works.
+``trainguard.cache.client.pin`` works.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from controller.cache.client import CacheClient, PinningUnavailable, load_cudart, pin  # noqa: E402
+from trainguard.cache.client import CacheClient, PinningUnavailable, load_cudart, pin  # noqa: E402
 
 MiB = 1 << 20
 CHUNK = 1 * MiB
@@ -201,7 +201,7 @@ def first_byte(open_first_byte, names: list[str], iterations: int) -> dict:
 
 def start_agent(root: Path, socket_path: Path, budget: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "cache-agent", f"--root={root}", f"--socket={socket_path}",
+        [sys.executable, "-m", "trainguard.webhook.cli", "cache-agent", f"--root={root}", f"--socket={socket_path}",
          f"--memory-budget={budget}", "--http-port=-1", "--maintain-interval=3600", "--rescan-interval=3600",
          "--log-level=warning"],
         cwd=REPO,
@@ -225,7 +225,7 @@ def gpu_section(client: CacheClient, name: str) -> dict:
         return {"ran": False, "reason": str(exc)}
     cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     cudart.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    from controller.cache.pages import buffer_address
+    from trainguard.cache.pages import buffer_address
 
     results = {"ran": True}
     with client.open(name) as shard:

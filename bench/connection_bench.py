@@ -55,7 +55,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from webhook.admission.certs import new_ca, new_serving_cert  # noqa: E402
+from trainguard.webhook.admission.certs import new_ca, new_serving_cert  # noqa: E402
 
 VALIDATE = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
 DEFAULT_BEFORE = "f3765f5"  # the last commit before the connection hygiene (06a6a6c)
@@ -80,7 +80,7 @@ def review_body() -> bytes:
 
 
 # ``trainguard webhook`` without the CLI's entry points (they would load the installed tree's other subcommands).
-LAUNCH = ("import argparse, sys; from webhook.admission.main import configure; p = argparse.ArgumentParser(); "
+LAUNCH = ("import argparse, sys; from trainguard.webhook.admission.main import configure; p = argparse.ArgumentParser(); "
           "run = configure(p); sys.exit(run(p.parse_args(sys.argv[1:])))")
 
 

@@ -1,4 +1,4 @@
-"""trainguard's companion reconciler (``controller.reconcile``) and node-local dataset cache (``controller.cache``).
+"""trainguard's companion reconciler (``trainguard.controller.reconcile``) and node-local dataset cache (``trainguard.cache``).
 
 May import ``webhook``; ``webhook`` never imports this package.
 """

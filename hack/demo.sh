@@ -62,7 +62,7 @@ k create namespace trainguard-system >/dev/null
 step "2. trainguard webhook + controller"
 port=$(free_port); health=$(free_port); metrics=$(free_port)
 # The webhook configurations point at the loopback URL; the webhook fills in caBundle itself from its Secret.
-"$py/python" -m webhook.admission.registration --url "https://127.0.0.1:$port" --namespace trainguard-system \
+"$py/python" -m trainguard.webhook.admission.registration --url "https://127.0.0.1:$port" --namespace trainguard-system \
   | k apply -f - >/dev/null
 "$py/trainguard" webhook --bind-address 127.0.0.1 --port "$port" --health-port "$health" --kubeconfig "$kubeconfig" \
   --namespace trainguard-system --cert-secret trainguard-webhook-cert --cert-ip 127.0.0.1 \

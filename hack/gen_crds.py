@@ -6,7 +6,7 @@ usage: python hack/gen_crds.py [--out DIR] [--bin-dir DIR] [--upstream-dir DIR] 
 TrainJob, TrainingRuntime and ClusterTrainingRuntime are upstream Kubeflow Trainer's CRDs from the Go module that
 ``hack/tools/trainer/go.mod`` pins (downloaded with ``go mod download`` when missing; ``--upstream-dir`` or
 ``TRAINGUARD_TRAINER_MODULE_DIR`` names a module directory instead), plus the additions listed in
-``hack/crdgen/upstream.py``. TrainJobPolicy and DatasetCache come from the ``webhook.api`` models: embedded
+``hack/crdgen/upstream.py``. TrainJobPolicy and DatasetCache come from the ``trainguard.webhook.api`` models: embedded
 Kubernetes schemas from the API server's OpenAPI v3 document, found in the tools directory that
 ``hack/build-tools.sh openapi crds`` prepares (its last output line); ``--bin-dir`` (or ``TRAINGUARD_BIN_DIR``)
 skips running the script. ``--check`` writes nothing and exits 1 if ``crds/`` differs from what they give.
@@ -35,7 +35,7 @@ from crdgen.structural import OpenAPIConverter  # noqa: E402
 from crdgen.upstream import header, pinned_version, trainer_crds  # noqa: E402
 from crdgen.upstream import module_dir as trainer_module_dir  # noqa: E402
 from crdgen.walker import SchemaWalker  # noqa: E402
-from webhook.api.trainguard import DatasetCache, TrainJobPolicy  # noqa: E402
+from trainguard.webhook.api.trainguard import DatasetCache, TrainJobPolicy  # noqa: E402
 
 ROOT_MODELS = (TrainJobPolicy, DatasetCache)
 # Client-side apply stores the whole object in an annotation capped at 256 KiB, so these CRDs need

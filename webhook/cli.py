@@ -12,7 +12,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Callable, Sequence
 
-import webhook
+from trainguard.webhook import __version__
 
 Run = Callable[[argparse.Namespace], int]
 
@@ -24,7 +24,7 @@ def configure_version(parser: argparse.ArgumentParser) -> Run:
     parser.description = "Print the trainguard version."
 
     def run(args: argparse.Namespace) -> int:
-        print(f"trainguard {webhook.__version__}")
+        print(f"trainguard {__version__}")
         return 0
 
     return run
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainguard",
         description="Admission webhooks, policy engine and reconciler for Kubeflow Trainer TrainJobs.",
     )
-    parser.add_argument("--version", action="version", version=f"trainguard {webhook.__version__}")
+    parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     found = {ep.name: ep for ep in entry_points(group="trainguard.commands")}
     for name in sorted(found, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n)):
@@ -54,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _summary(target: str) -> str:
     return {
-        "webhook.admission.main:configure": "serve the validating and mutating admission webhooks (HTTPS)",
-        "controller.reconcile.main:configure": "run the TrainJob reconciler",
-        "webhook.render:configure": "run admission and the JobSet build on files, offline",
-        "controller.cache.main:configure": "run the node-local dataset cache agent",
-        "webhook.cli:configure_version": "print the version",
+        "trainguard.webhook.admission.main:configure": "serve the validating and mutating admission webhooks (HTTPS)",
+        "trainguard.controller.reconcile.main:configure": "run the TrainJob reconciler",
+        "trainguard.webhook.render:configure": "run admission and the JobSet build on files, offline",
+        "trainguard.cache.main:configure": "run the node-local dataset cache agent",
+        "trainguard.webhook.cli:configure_version": "print the version",
     }.get(target, "")
 
 

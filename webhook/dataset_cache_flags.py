@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path
 
 
 def _root(text: str) -> str:

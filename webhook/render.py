@@ -6,12 +6,12 @@ they depend on, and it prints what the cluster would store and build::
     trainguard render -f runtime.yaml -f policy.yaml -f job.yaml [--operation UPDATE --old old-job.yaml]
                       [--now 2026-09-01T12:00:00Z]
 
-It runs exactly what the webhook runs (``webhook.policy.pipeline``): every runtime, policy and DatasetCache in the
+It runs exactly what the webhook runs (``trainguard.webhook.policy.pipeline``): every runtime, policy and DatasetCache in the
 input is validated first (ClusterTrainingRuntimes labelled ``trainer.kubeflow.org/webhook-validation: disabled`` are
 skipped, as the webhook's objectSelector skips them; namespaced TrainingRuntimes never are; DatasetCache sources are checked against the admin's setting, given with
 the webhook's flags ``--dataset-cache-allowed-host-path ROOT`` and ``--no-dataset-cache-allow-pvc``); then each
 TrainJob goes through the mutating and then the validating webhook, and the admitted TrainJob through the runtime
-build (``webhook.runtime``). Output, one YAML stream on stdout: per TrainJob, the admitted (mutated) TrainJob, then
+build (``trainguard.webhook.runtime``). Output, one YAML stream on stdout: per TrainJob, the admitted (mutated) TrainJob, then
 every object the reconciler would apply (JobSet, MPI SSH Secret with a placeholder key, hostfile ConfigMap,
 PodGroup, Flux objects, cache wiring inside the JobSet) and the runtime snapshot ConfigMap, in the controller's
 namespace (``--snapshot-namespace``, default ``trainguard-system``), named from the TrainJob's UID (a placeholder
@@ -33,12 +33,12 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
-from webhook.cli import Run
-from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
-from webhook.policy import pipeline
-from webhook.policy.dataset_cache import DatasetCacheSources
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
+from trainguard.webhook.cli import Run
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.policy import pipeline
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 # The chart's release namespace, where the controller keeps runtime snapshots unless told otherwise.
@@ -170,8 +170,8 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
            dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> Rendering:
     """Admit and build every TrainJob in ``docs``; raise ``Denied`` on the first refusal (warnings gathered so far
     stay in ``out``)."""
-    from webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
-    from webhook.runtime.snapshot import PLACEHOLDER_UID
+    from trainguard.webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
+    from trainguard.webhook.runtime.snapshot import PLACEHOLDER_UID
 
     # The admin's DatasetCache source setting is a flag of the webhook, not an object, so it is a flag here too.
     snapshot = replace(build_snapshot(docs), dataset_cache_sources=dataset_cache_sources)
@@ -217,7 +217,7 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
 
 
 def _runtime_of(trainjob: dict[str, Any], namespace: str, snapshot: ClusterSnapshot) -> dict[str, Any]:
-    from webhook.policy.runtime_ref import resolve_runtime
+    from trainguard.webhook.policy.runtime_ref import resolve_runtime
 
     runtime = resolve_runtime(trainjob, namespace, snapshot).runtime
     assert runtime is not None, "validate_trainjob admitted a TrainJob whose runtime is missing"
@@ -225,7 +225,7 @@ def _runtime_of(trainjob: dict[str, Any], namespace: str, snapshot: ClusterSnaps
 
 
 def _dataset_cache_of(trainjob: dict[str, Any], namespace: str, snapshot: ClusterSnapshot) -> Any:
-    from webhook.runtime.dataset_cache import referenced_cache_name
+    from trainguard.webhook.runtime.dataset_cache import referenced_cache_name
 
     name = referenced_cache_name(trainjob)
     return snapshot.dataset_caches.get((namespace, name)) if name else None

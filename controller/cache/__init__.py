@@ -21,5 +21,5 @@ Modules:
 * ``client``: what training code imports (standard library only): ``open_shard(name) -> Shard``,
   ``open_shards(names) -> Iterator[Shard]`` (batched: one round trip per 32 shards), ``pin``.
 
-The JobSet side (mount the socket directory, set env) is ``webhook.runtime.dataset_cache.wire_dataset_cache``.
+The JobSet side (mount the socket directory, set env) is ``trainguard.webhook.runtime.dataset_cache.wire_dataset_cache``.
 """

@@ -10,7 +10,7 @@ Never crash on a request: every per-connection failure is answered (when the str
 and ends that connection only.
 
 Who may connect. The socket is created ``socket_mode`` (0660) with group ``socket_group``, inside a per-DatasetCache
-host directory (``webhook.runtime.dataset_cache``) that the trainer pods of that cache's TrainJobs mount and whose
+host directory (``trainguard.webhook.runtime.dataset_cache``) that the trainer pods of that cache's TrainJobs mount and whose
 pods carry that group in ``supplementalGroups``. The kernel refuses ``connect`` to anyone else without
 CAP_DAC_OVERRIDE; on top of that the agent reads each connection's SO_PEERCRED / SO_PEERGROUPS and refuses
 (``Forbidden``) a peer whose group or supplementary groups do not include ``socket_group`` (root in a container has
@@ -66,9 +66,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from controller.cache import pages
-from controller.cache.index import ShardEntry, ShardIndex, checksum_fd
-from controller.cache.protocol import (
+from trainguard.cache import pages
+from trainguard.cache.index import ShardEntry, ShardIndex, checksum_fd
+from trainguard.cache.protocol import (
     HEADER,
     LIST_PAGE_LIMIT,
     MAX_OPEN_BATCH,

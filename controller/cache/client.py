@@ -1,6 +1,6 @@
 """Client library for training code: map dataset shards served by the node's cache agent. Standard library only.
 
-    from controller.cache.client import open_shard
+    from trainguard.cache.client import open_shard
     with open_shard("train/00042.bin") as shard:
         data = shard.view            # read-only memoryview over the shared page-cache pages
         arr = shard.numpy()          # when numpy is installed (no copy)
@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from controller.cache import protocol
-from controller.cache.pages import buffer_address
+from trainguard.cache import protocol
+from trainguard.cache.pages import buffer_address
 
 ENV_SOCKET = "TRAINGUARD_CACHE_SOCKET"
 ENV_DATASET = "TRAINGUARD_DATASET"

@@ -17,7 +17,7 @@ no network path to every node. The price is a Role allowing ``patch`` on pods in
 (Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated). That Role alone would let
 anyone who borrows the agent's identity (a token Secret for its ServiceAccount, or a trainer pod naming it in
 ``serviceAccountName``) patch every pod of the namespace, so the ValidatingAdmissionPolicy of
-``controller.cache.agent_policy`` (shipped by the chart) narrows it, in the apiserver, to "these report annotations
+``trainguard.cache.agent_policy`` (shipped by the chart) narrows it, in the apiserver, to "these report annotations
 on the pod the token is bound to": ``agent_name()``'s ``trainguard-cache-`` prefix is what the policy matches on.
 
 Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
@@ -36,12 +36,12 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from webhook.api.constants import TRAINGUARD_API_VERSION
-from webhook.api.quantity import QuantityError, parse_quantity
-from webhook.api.trainguard import DatasetCache
-from webhook.field import aggregate
-from webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
-from webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
+from trainguard.webhook.api.constants import TRAINGUARD_API_VERSION
+from trainguard.webhook.api.quantity import QuantityError, parse_quantity
+from trainguard.webhook.api.trainguard import DatasetCache
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
+from trainguard.webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
 
 AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
 AGENT_HTTP_PORT = 9108
@@ -92,7 +92,7 @@ class CacheSpec:
 
 
 def cache_spec(cache: Any) -> CacheSpec:
-    """Parse a DatasetCache (the ``webhook.api.trainguard.DatasetCache`` model, or its wire dict) into
+    """Parse a DatasetCache (the ``trainguard.webhook.api.trainguard.DatasetCache`` model, or its wire dict) into
     ``CacheSpec``; raise ``DatasetCacheSpecError`` naming the field that prevents a DaemonSet.
     """
     try:
@@ -295,7 +295,7 @@ def build_daemonset(
 def build_agent_rbac(cache: Any) -> list[dict]:
     """ServiceAccount, Role (patch pods) and RoleBinding the agents use to annotate their own Pod.
 
-    The Role is wider than the need; ``controller.cache.agent_policy`` confines every ``trainguard-cache-*``
+    The Role is wider than the need; ``trainguard.cache.agent_policy`` confines every ``trainguard-cache-*``
     ServiceAccount to its own Pod's report annotations (see the module docstring).
     """
     spec = cache_spec(cache)
@@ -315,7 +315,7 @@ def build_agent_rbac(cache: Any) -> list[dict]:
             "metadata": dict(meta),
             # patch only: the reporter sends a merge patch and never reads the Pod. RBAC cannot name the
             # agent's own (generated) Pod, so RBAC alone allows patching any Pod in the namespace; the
-            # ValidatingAdmissionPolicy of controller.cache.agent_policy (matching this ServiceAccount by its
+            # ValidatingAdmissionPolicy of trainguard.cache.agent_policy (matching this ServiceAccount by its
             # name) refuses a token bound to no Pod, any other Pod, and any change but the report annotations.
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
         },

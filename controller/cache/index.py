@@ -26,7 +26,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 
-from controller.cache.protocol import ErrorCode, ProtocolError, encode, validate_shard_name
+from trainguard.cache.protocol import ErrorCode, ProtocolError, encode, validate_shard_name
 
 CHECKSUM_ALGORITHM = "sha256"
 _HASH_SLICE = 16 << 20

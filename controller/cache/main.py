@@ -14,7 +14,7 @@ import stat
 import sys
 from typing import Any
 
-from webhook.cli import Run
+from trainguard.webhook.cli import Run
 
 log = logging.getLogger("trainguard.cache.agent")
 
@@ -128,7 +128,7 @@ def raise_open_file_limit() -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from controller.cache.agent import AgentConfig, CacheAgent
+    from trainguard.cache.agent import AgentConfig, CacheAgent
 
     raise_open_file_limit()
     config = AgentConfig(
@@ -164,7 +164,7 @@ def _pod_reporter():
     """Patch bytes resident / shard count / warm onto this Pod's annotations (read by ``daemonset.compute_status``)."""
     from kubernetes import client, config
 
-    from controller.cache.daemonset import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
+    from trainguard.cache.daemonset import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
 
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:

@@ -29,19 +29,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
-from controller.reconcile.datasetcache import DatasetCacheReconciler
-from controller.reconcile.enforcement import blocked_trainjobs
-from controller.reconcile.events import EventRecorder
-from controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
-from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
-from controller.reconcile.metrics import Metrics, start_counting
-from controller.reconcile.queue import ShutDown, WorkQueue
-from controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
-from webhook.kube.client import KubeClient
-from webhook.kube.errors import ApiError, NotFound
-from webhook.kube.informer import CacheEvent, Informer, object_key, strip_managed_fields
-from webhook.kube.resources import (
+from trainguard.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
+from trainguard.controller.reconcile.datasetcache import DatasetCacheReconciler
+from trainguard.controller.reconcile.enforcement import blocked_trainjobs
+from trainguard.controller.reconcile.events import EventRecorder
+from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
+from trainguard.controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
+from trainguard.controller.reconcile.metrics import Metrics, start_counting
+from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
+from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.errors import ApiError, NotFound
+from trainguard.webhook.kube.informer import CacheEvent, Informer, object_key, strip_managed_fields
+from trainguard.webhook.kube.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     CONFIGMAPS,
     DATASET_CACHES,
@@ -49,11 +49,11 @@ from webhook.kube.resources import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
-from webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
-from webhook.policy.dataset_cache import DatasetCacheSources
-from webhook.runtime.dataset_cache import WAITS_FOR_LABEL
-from webhook.runtime.names import DATASET_CACHE_ANNOTATION
-from webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
+from trainguard.webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL
+from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
+from trainguard.webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
 
 log = logging.getLogger(__name__)
 

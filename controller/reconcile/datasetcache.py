@@ -1,6 +1,6 @@
 """The DatasetCache reconciler: agent RBAC + DaemonSet applied, status written back.
 
-The builders and the status function are the cache engineer's pure code (``controller.cache.daemonset``); this
+The builders and the status function are the cache engineer's pure code (``trainguard.cache.daemonset``); this
 module only does the I/O: server-side apply under the field manager ``trainguard`` (force), then a merge patch on
 ``/status`` when the computed status differs. Children carry a controller ownerReference to the DatasetCache,
 so deleting the cache garbage-collects them.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from controller.cache.daemonset import (
+from trainguard.cache.daemonset import (
     DatasetCacheSpecError,
     SourceNotAllowed,
     agent_name,
@@ -33,15 +33,15 @@ from controller.cache.daemonset import (
     build_daemonset,
     compute_status,
 )
-from controller.reconcile.events import EventRecorder
-from controller.reconcile.gates import GateReleaser
-from controller.reconcile.kinds import DAEMONSETS, controller_owner, resource_for
-from controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
-from webhook.field import aggregate
-from webhook.kube.client import KubeClient
-from webhook.kube.errors import NotFound
-from webhook.kube.resources import DATASET_CACHES
-from webhook.policy.dataset_cache import DatasetCacheSources, source_errors
+from trainguard.controller.reconcile.events import EventRecorder
+from trainguard.controller.reconcile.gates import GateReleaser
+from trainguard.controller.reconcile.kinds import DAEMONSETS, controller_owner, resource_for
+from trainguard.controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.errors import NotFound
+from trainguard.webhook.kube.resources import DATASET_CACHES
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, source_errors
 
 Object = dict[str, Any]
 

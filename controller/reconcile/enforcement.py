@@ -3,7 +3,7 @@
 Admission is the first line, but a TrainJob can reach the controller without it: the webhook was down under
 ``failurePolicy: Ignore``, the job predates the policy, or an admin exempted its namespace from the webhooks. Before the
 controller CREATES a JobSet, or RESUMES one (the TrainJob is no longer suspended while its JobSet still is), it
-asks ``webhook.policy.pipeline.enforce_trainjob`` - the admission pipeline's own check, pure - with the runtime
+asks ``trainguard.webhook.policy.pipeline.enforce_trainjob`` - the admission pipeline's own check, pure - with the runtime
 it would build from (the snapshot) and the TrainJobPolicies and Namespace labels from its watch caches.
 
 A denied job is *blocked*: nothing is created or changed for it (no JobSet, no Secret, no PodGroup), its label
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from webhook.policy.pipeline import enforce_trainjob
-from webhook.policy.verdict import ClusterSnapshot, Verdict
+from trainguard.webhook.policy.pipeline import enforce_trainjob
+from trainguard.webhook.policy.verdict import ClusterSnapshot, Verdict
 
-from controller.reconcile import status as st
+from trainguard.controller.reconcile import status as st
 
 REASON_POLICY_DENIED = "PolicyDenied"
 

@@ -22,10 +22,10 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from webhook.kube.client import KubeClient
-from webhook.kube.resources import Resource
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.resources import Resource
 
-from controller.reconcile.leader import micro_time
+from trainguard.controller.reconcile.leader import micro_time
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Releasing trainer pods held until their DatasetCache is warm (DatasetCache ``spec.holdTrainersUntilWarm``).
 
-The build (``webhook.runtime.dataset_cache``) gives the trainer pod templates the scheduling gate
+The build (``trainguard.webhook.runtime.dataset_cache``) gives the trainer pod templates the scheduling gate
 ``trainguard.io/dataset-cache-warm`` and the label ``trainguard.io/waits-for-dataset-cache: <cache>``. The controller
 watches pods carrying that label (metadata and gates only, see ``gated_pod_view``) and maps each to the key of the
 DatasetCache it names; the DatasetCache reconcile, right after computing the cache's status, calls
@@ -37,14 +37,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from webhook.kube.client import KubeClient
-from webhook.kube.errors import ApiError, NotFound
-from webhook.kube.informer import strip_managed_fields
-from webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE, holds_trainers
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.errors import ApiError, NotFound
+from trainguard.webhook.kube.informer import strip_managed_fields
+from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE, holds_trainers
 
-from controller.reconcile.events import EventRecorder
-from controller.reconcile.kinds import PODS
-from controller.reconcile.trainjob import ReconcileError
+from trainguard.controller.reconcile.events import EventRecorder
+from trainguard.controller.reconcile.kinds import PODS
+from trainguard.controller.reconcile.trainjob import ReconcileError
 
 log = logging.getLogger(__name__)
 

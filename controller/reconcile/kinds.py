@@ -1,4 +1,4 @@
-"""Which REST resource a built object goes to, for the kinds the reconciler writes beyond ``webhook.kube``'s list.
+"""Which REST resource a built object goes to, for the kinds the reconciler writes beyond ``trainguard.webhook.kube``'s list.
 
 The runtime framework returns plain objects (apiVersion + kind); the client needs a ``Resource``. Unknown kinds
 are a programming error in the build, reported with the kind so it is found at once.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, Resource
+from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, Resource
 
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
 PODS = Resource("", "v1", "pods", "Pod")

@@ -23,14 +23,14 @@ import socket
 import uuid
 from typing import Any
 
-from webhook.cli import Run
-from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
-from webhook.kube.config import load_config
-from webhook.kube.errors import AlreadyExists, Conflict as ApiConflict, NotFound
-from webhook.kube.resources import LEASES
+from trainguard.webhook.cli import Run
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.kube.config import load_config
+from trainguard.webhook.kube.errors import AlreadyExists, Conflict as ApiConflict, NotFound
+from trainguard.webhook.kube.resources import LEASES
 
-from controller.reconcile.leader import Conflict, ElectionConfig, LeaderElector
-from controller.reconcile.metrics import CountingKubeClient, Metrics, serve
+from trainguard.controller.reconcile.leader import Conflict, ElectionConfig, LeaderElector
+from trainguard.controller.reconcile.metrics import CountingKubeClient, Metrics, serve
 
 log = logging.getLogger("trainguard.controller")
 
@@ -84,7 +84,7 @@ def _host_port(text: str) -> tuple[str, int] | None:
 async def serve_controller(args: argparse.Namespace) -> int:
     # Imported here, not at the top: the CLI loads every subcommand's ``configure`` for --help, and the
     # reconciler pulls in the whole runtime framework, which ``trainguard render --help`` does not need.
-    from controller.reconcile.controller import Controller, Settings
+    from trainguard.controller.reconcile.controller import Controller, Settings
 
     identity = args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     election = None

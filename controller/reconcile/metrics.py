@@ -17,7 +17,7 @@ from typing import Any, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from webhook.kube.client import KubeClient
+from trainguard.webhook.kube.client import KubeClient
 
 _requests: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("trainguard_api_requests", default=None)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from controller.reconcile import status as st
+from trainguard.controller.reconcile import status as st
 
 
 def dispatched_state(trainjob: Mapping[str, Any]) -> str:

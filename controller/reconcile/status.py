@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
-from webhook.api import constants as api_constants
-from webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.api import constants as api_constants
+from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
 
 Object = dict[str, Any]
 

@@ -7,12 +7,12 @@ Per reconcile, reading only from the watch caches except where a write must be e
    only the ``trainguard.io/state`` label, from the status MultiKueue copies back (``multikueue``).
 2. A runtimeRef kind/group we do not serve -> ``Failed/TrainingRuntimeNotSupported``.
 3. Not finished (no ``Complete=True``/``Failed=True``): the runtime comes from the snapshot ConfigMap
-   ``runtime-snapshot-<uid>`` in the controller's own namespace (``webhook.runtime.snapshot``: created once from
+   ``runtime-snapshot-<uid>`` in the controller's own namespace (``trainguard.webhook.runtime.snapshot``: created once from
    the live runtime with a plain create, so a runtime edit racing with a stale cache can never overwrite it; then
    always read from it, bounded JSON, namespace, name, labels and kind validated; users cannot write there, and a
    ``<job>-runtime-snapshot`` in the user's namespace is never read). Before a JobSet is created or resumed the
    TrainJob must pass the Enforce policies (``enforcement``); a denied job is Blocked and nothing is built for it.
-   ``webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
+   ``trainguard.webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
    identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force,
    in ``apply_order``: the JobSet's dependants (MPI Secret and hostfile, PodGroup, Flux objects) first, the JobSet
    last. The first write the apiserver refuses (a PodGroup whose CRD is not installed) stops the reconcile: nothing
@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 
-from webhook.kube.client import KubeClient
-from webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS
-from webhook.policy.verdict import ClusterSnapshot
-from webhook.runtime import (
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS
+from trainguard.webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.runtime import (
     BuildError,
     ExistingObjects,
     InvalidRuntimeSnapshot,
@@ -54,14 +54,14 @@ from webhook.runtime import (
     generated_keys,
     runtime_from_snapshot,
 )
-from webhook.runtime.names import DATASET_CACHE_ANNOTATION
-from webhook.runtime.snapshot import snapshot_name, snapshot_owner
+from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
+from trainguard.webhook.runtime.snapshot import snapshot_name, snapshot_owner
 
-from controller.reconcile import enforcement
-from controller.reconcile import status as st
-from controller.reconcile.events import EventRecorder
-from controller.reconcile.kinds import resource_for
-from controller.reconcile.multikueue import dispatched_state
+from trainguard.controller.reconcile import enforcement
+from trainguard.controller.reconcile import status as st
+from trainguard.controller.reconcile.events import EventRecorder
+from trainguard.controller.reconcile.kinds import resource_for
+from trainguard.controller.reconcile.multikueue import dispatched_state
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Cache(Protocol):
 
 @dataclass
 class TrainJobCaches:
-    """The watch caches a TrainJob reconcile reads (``webhook.kube.informer.Informer`` instances)."""
+    """The watch caches a TrainJob reconcile reads (``trainguard.webhook.kube.informer.Informer`` instances)."""
 
     trainjobs: Cache
     jobsets: Cache

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from webhook.api.base import KubeModel
+from trainguard.webhook.api.base import KubeModel
 
 from crdgen.walker import SchemaWalker
 

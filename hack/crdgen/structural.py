@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook.api.quantity import QUANTITY_PATTERN
+from trainguard.webhook.api.quantity import QUANTITY_PATTERN
 
 REF_PREFIX = "#/components/schemas/"
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"

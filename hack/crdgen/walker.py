@@ -1,4 +1,4 @@
-"""Walk ``webhook.api`` model classes into CRD schemas.
+"""Walk ``trainguard.webhook.api`` model classes into CRD schemas.
 
 A field's schema comes from its Python type (str/int/bool, lists, string maps, Literal enums, nested models,
 the int-or-string and quantity unions) plus the CRD facts in its ``json_schema_extra`` (descriptions, defaults,
@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel
 
-from webhook.api.base import KubeModel
+from trainguard.webhook.api.base import KubeModel
 
 from crdgen.structural import OpenAPIConverter, int_or_string_schema, quantity_schema
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from webhook.admission.certs import new_ca, new_serving_cert
+from trainguard.webhook.admission.certs import new_ca, new_serving_cert
 
 REPO = Path(__file__).resolve().parents[2]
 KUEUE_TOOLS = REPO / "hack" / "tools" / "kueue"

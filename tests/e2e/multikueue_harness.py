@@ -44,7 +44,7 @@ from tests.conftest import Cluster, upstream_crds, wait_for_crds
 from tests.e2e.kueue_harness import KueueProcess, kueue_webhook_configurations
 from tests.integration.conftest import WebhookProcess, start_webhook
 from tests.integration.reconcile.reconcile_harness import ControllerProcess
-from webhook.admission.registration import Registration, webhook_configurations
+from trainguard.webhook.admission.registration import Registration, webhook_configurations
 
 REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack"

@@ -32,8 +32,8 @@ import pytest
 import yaml
 
 from tests.conftest import Cluster, upstream_crds, wait_for_crds
-from webhook.admission.certs import new_ca, new_serving_cert
-from webhook.admission.registration import Registration, webhook_configurations
+from trainguard.webhook.admission.certs import new_ca, new_serving_cert
+from trainguard.webhook.admission.registration import Registration, webhook_configurations
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINGUARD = str(Path(sys.executable).with_name("trainguard"))

@@ -12,7 +12,7 @@ Reusable by anyone who needs admission in an integration test (the policy tests 
   DatasetCache hostPath sources allowed below ``/data``.
   ``.url_base``, ``.ca_pem``, ``.metrics()``, ``.log_tail()``.
 * ``admission`` (function): registers the Mutating/ValidatingWebhookConfigurations produced by
-  ``webhook.admission.registration.webhook_configurations`` (URL + caBundle), narrowed to the test's namespace so
+  ``trainguard.webhook.admission.registration.webhook_configurations`` (URL + caBundle), narrowed to the test's namespace so
   tests never see each other's webhooks, waits until the apiserver really calls them, deletes them afterwards.
 * ``start_webhook(...)`` / ``register(...)``: the building blocks, for tests that need their own process (stopping
   it, Secret-mode rotation, another failurePolicy).
@@ -37,8 +37,8 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from webhook.admission.certs import KeyPair, new_ca, new_serving_cert
-from webhook.admission.registration import Registration, webhook_configurations
+from trainguard.webhook.admission.certs import KeyPair, new_ca, new_serving_cert
+from trainguard.webhook.admission.registration import Registration, webhook_configurations
 
 SCOPE_LABEL = "trainguard.io/test-scope"
 TRAINGUARD = Path(sys.executable).with_name("trainguard")

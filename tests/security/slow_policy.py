@@ -1,4 +1,4 @@
-"""A policy module for ``trainguard webhook --policy-module`` in tests: webhook.policy.pipeline, except that a TrainJob
+"""A policy module for ``trainguard webhook --policy-module`` in tests: trainguard.webhook.policy.pipeline, except that a TrainJob
 labelled ``test.trainguard.io/spin: <seconds>`` makes the validator spin the CPU that long first (a stand-in for
 policy work that runs long on hostile input; the server cannot tell the two apart)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from webhook.policy import pipeline
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.policy import pipeline
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 SPIN_LABEL = "test.trainguard.io/spin"
 

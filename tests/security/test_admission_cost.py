@@ -241,7 +241,7 @@ def test_everything_the_door_denies_the_crd_rejects_too(cluster, namespace, monk
     from kubernetes.client.rest import ApiException
 
     from tests.unit.policy.real_world import OBJECTS, mutate_once
-    from webhook.policy.well_formed import shape_errors
+    from trainguard.webhook.policy.well_formed import shape_errors
 
     # The apiserver answers objects with hundreds of unknown fields with a Warning header per field.
     monkeypatch.setattr(http.client, "_MAXHEADERS", 100_000)

@@ -29,8 +29,8 @@ import yaml
 
 from tests.integration.conftest import WebhookProcess, register, start_webhook, unregister
 from tests.integration.reconcile.reconcile_harness import ControllerProcess, wait_for
-from webhook.dataset_cache_flags import dataset_cache_sources
-from webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.dataset_cache_flags import dataset_cache_sources
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
 ALLOWED_ROOT = "/data"
 ALLOW_DATA = [f"--dataset-cache-allowed-host-path={ALLOWED_ROOT}"]
@@ -197,7 +197,7 @@ def chart_args(cluster: Any, *sets: str) -> dict[str, list[str]]:
 ], ids=["defaults", "roots-no-pvc"])
 def test_the_chart_gives_webhook_and_controller_the_same_setting(cluster: Any, sets: tuple[str, ...],
                                                                  expected: DatasetCacheSources) -> None:
-    from webhook.cli import build_parser
+    from trainguard.webhook.cli import build_parser
 
     args = chart_args(cluster, *sets)
     assert set(args) == {"webhook", "controller"}

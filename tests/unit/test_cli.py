@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from webhook.cli import build_parser, main
+from trainguard.webhook.cli import build_parser, main
 
 
 def test_every_documented_subcommand_is_registered() -> None:
@@ -22,6 +22,6 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_subcommand_exits_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "webhook.cli", "nope"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "trainguard.webhook.cli", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.render import main
+from trainguard.webhook.render import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NOW = datetime(2026, 9, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -147,7 +147,7 @@ def test_broken_runtime_in_input_is_denied(tmp_path):
 
 
 def test_cli_entry_point_is_wired():
-    from webhook.cli import build_parser
+    from trainguard.webhook.cli import build_parser
 
     args = build_parser().parse_args(["render", "-f", str(EXAMPLES / "torch-distributed-gpu.yaml"),
                                       "--now", "2026-09-01T12:00:00Z"])

@@ -34,7 +34,7 @@ Certificates: by default a self-signed CA + serving certificate for ``<service>.
 Replicas share the Secret (optimistic concurrency). ``--cert-dir DIR``: externally provided tls.crt/tls.key
 (cert-manager), only watched.
 
-Registration objects: ``registration.webhook_configurations`` / ``python -m webhook.admission.registration``.
+Registration objects: ``registration.webhook_configurations`` / ``python -m trainguard.webhook.admission.registration``.
 Modules: ``review`` (codec), ``routes`` (path -> policy function), ``server`` (aiohttp apps), ``metrics``, ``logs``
 (JSON lines), ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
 (Secret + caBundle I/O), ``registration``, ``main`` (the command). Integration fixtures for other areas:

@@ -33,9 +33,9 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from webhook.admission.budget import DEFAULT_BODY_BUDGET_BYTES, BudgetSettings
-from webhook.admission.certs import Lifetimes, service_dns_names
-from webhook.admission.connections import (
+from trainguard.webhook.admission.budget import DEFAULT_BODY_BUDGET_BYTES, BudgetSettings
+from trainguard.webhook.admission.certs import Lifetimes, service_dns_names
+from trainguard.webhook.admission.connections import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_TLS_HANDSHAKE_TIMEOUT,
@@ -43,13 +43,13 @@ from webhook.admission.connections import (
     ConnectionMetrics,
     GatedSite,
 )
-from webhook.admission.logs import configure_logging
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.process import MemoryReturner, connection_cap, raise_nofile_limit
-from webhook.admission.ratelimit import DEFAULT_LOG_INTERVAL, RateLimitedFilter, RateLimiter, rate_limited_exception_handler
-from webhook.admission.rotator import RotatorSettings, SecretRotator
-from webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
-from webhook.admission.server import (
+from trainguard.webhook.admission.logs import configure_logging
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.process import MemoryReturner, connection_cap, raise_nofile_limit
+from trainguard.webhook.admission.ratelimit import DEFAULT_LOG_INTERVAL, RateLimitedFilter, RateLimiter, rate_limited_exception_handler
+from trainguard.webhook.admission.rotator import RotatorSettings, SecretRotator
+from trainguard.webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
+from trainguard.webhook.admission.server import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_POLICY_TIMEOUT,
@@ -60,14 +60,14 @@ from webhook.admission.server import (
     ServerSettings,
     health_app,
 )
-from webhook.admission.tls import CertDirWatcher, ServingCertificate
-from webhook.cli import Run
-from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
-from webhook.kube.client import KubeClient
-from webhook.kube.config import load_config
-from webhook.kube.snapshot import ClusterCaches
-from webhook.policy.dataset_cache import DatasetCacheSources
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.admission.tls import CertDirWatcher, ServingCertificate
+from trainguard.webhook.cli import Run
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.config import load_config
+from trainguard.webhook.kube.snapshot import ClusterCaches
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 log = logging.getLogger("trainguard.admission")
 
@@ -128,7 +128,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     pol.add_argument("--policy-workers", type=int, default=DEFAULT_POLICY_WORKERS,
                      help="threads running policy work off the event loop (default 4)")
     pol.add_argument("--policy-module", default=DEFAULT_POLICY_MODULE,
-                     help="module providing the six policy functions (default webhook.policy.pipeline; for tests and extensions)")
+                     help="module providing the six policy functions (default trainguard.webhook.policy.pipeline; for tests and extensions)")
     pol.add_argument("--multikueue-dispatcher", action="append", default=[], metavar="USERNAME",
                      help="on a MultiKueue worker: the username the manager's MultiKueue kubeconfig authenticates as "
                           "(repeatable). TrainJobs it creates with Kueue's multikueue-origin label keep the manager's "
@@ -380,6 +380,6 @@ async def _stopped(stop: asyncio.Event, delay: float) -> bool:
 
 
 if __name__ == "__main__":
-    from webhook.cli import main
+    from trainguard.webhook.cli import main
 
     sys.exit(main(["webhook", *sys.argv[1:]]))

@@ -1,7 +1,7 @@
 """The Mutating- and ValidatingWebhookConfiguration objects, from one function, for the chart, the tests and users.
 
 ``webhook_configurations`` is the single source: the Helm chart renders its output (``python -m
-webhook.admission.registration --service NAME --namespace NS``), the integration tests register it by URL, and the
+trainguard.webhook.admission.registration --service NAME --namespace NS``), the integration tests register it by URL, and the
 certificate rotator injects the CA bundle into the objects it names.
 
 Choices (see the reference's anchors, section 2): sideEffects None (admission is pure; dry-run is safe);
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import yaml
 
-from webhook.admission.routes import ROUTES, WebhookRoute
+from trainguard.webhook.admission.routes import ROUTES, WebhookRoute
 
 # On a Namespace (set by an admin): trainguard's namespaced webhooks skip that namespace.
 EXEMPT_NAMESPACE_LABEL = "trainguard.io/webhook"
@@ -153,7 +153,7 @@ def webhook_configurations(reg: Registration, routes: tuple[WebhookRoute, ...] =
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m webhook.admission.registration",
+        prog="python -m trainguard.webhook.admission.registration",
         description="Print trainguard's Mutating/ValidatingWebhookConfigurations as YAML (what the Helm chart renders).",
     )
     target = p.add_mutually_exclusive_group(required=True)

@@ -24,12 +24,12 @@ from typing import Any, Callable
 
 from cryptography import x509
 
-from webhook.admission.certs import CertMaterial, Lifetimes, plan_rotation, split_pem_bundle
-from webhook.admission.tls import ServingCertificate
-from webhook.kube.client import KubeClient
-from webhook.kube.errors import ApiError, Conflict, NotFound
-from webhook.kube.informer import Backoff
-from webhook.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Resource
+from trainguard.webhook.admission.certs import CertMaterial, Lifetimes, plan_rotation, split_pem_bundle
+from trainguard.webhook.admission.tls import ServingCertificate
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.errors import ApiError, Conflict, NotFound
+from trainguard.webhook.kube.informer import Backoff
+from trainguard.webhook.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Resource
 
 log = logging.getLogger("trainguard.admission.rotator")
 

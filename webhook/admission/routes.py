@@ -5,7 +5,7 @@ lowercase>``) so that clusters migrating from Kubeflow Trainer's own webhooks ke
 the ones that appear in denial messages (``admission webhook "<name>" denied the request: ...``); the Trainer ones
 are upstream's names, so messages read exactly as users know them.
 
-Each route names a function of the policy module (``webhook.policy.pipeline`` unless told otherwise); binding is
+Each route names a function of the policy module (``trainguard.webhook.policy.pipeline`` unless told otherwise); binding is
 done once at startup, so a missing function is a startup error, never a per-request surprise.
 """
 
@@ -15,11 +15,11 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal, Mapping
 
-from webhook.api.constants import LABEL_WEBHOOK_VALIDATION
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 PolicyFunction = Callable[[AdmissionInput, ClusterSnapshot], Verdict]
-DEFAULT_POLICY_MODULE = "webhook.policy.pipeline"
+DEFAULT_POLICY_MODULE = "trainguard.webhook.policy.pipeline"
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,10 @@ from typing import Any, Callable, Literal, Mapping
 import jsonpatch
 from aiohttp import web
 
-from webhook.admission.budget import BodyBudget, BudgetSettings
-from webhook.admission.connections import track_requests
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.review import (
+from trainguard.webhook.admission.budget import BodyBudget, BudgetSettings
+from trainguard.webhook.admission.connections import track_requests
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.review import (
     AdmissionReview,
     ReviewError,
     allowed_response,
@@ -55,8 +55,8 @@ from webhook.admission.review import (
     error_response,
     parse_review,
 )
-from webhook.admission.routes import BoundRoute
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.admission.routes import BoundRoute
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 log = logging.getLogger("trainguard.admission")
 

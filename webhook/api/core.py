@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.api.base import IntOrString, KubeModel, QuantityValue, spec_field
-from webhook.api.meta import ObjectMeta
-from webhook.api.quantity import ResourceList, parse_resource_list
+from trainguard.webhook.api.base import IntOrString, KubeModel, QuantityValue, spec_field
+from trainguard.webhook.api.meta import ObjectMeta
+from trainguard.webhook.api.quantity import ResourceList, parse_resource_list
 
 
 class ObjectFieldSelector(KubeModel):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from webhook.api.base import KubeModel, spec_field
-from webhook.api.constants import JOBSET_API_VERSION, JOBSET_KIND
-from webhook.api.core import JobTemplateSpec
-from webhook.api.meta import Condition, ObjectMeta
+from trainguard.webhook.api.base import KubeModel, spec_field
+from trainguard.webhook.api.constants import JOBSET_API_VERSION, JOBSET_KIND
+from trainguard.webhook.api.core import JobTemplateSpec
+from trainguard.webhook.api.meta import Condition, ObjectMeta
 
 
 class DependsOn(KubeModel):

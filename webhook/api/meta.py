@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 
-from webhook.api.base import KubeModel, spec_field
+from trainguard.webhook.api.base import KubeModel, spec_field
 
 
 class OwnerReference(KubeModel):

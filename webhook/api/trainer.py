@@ -3,8 +3,8 @@
 These models are what users' manifests and the official SDK (``kubeflow`` / ``kubeflow-trainer-api`` 2.3)
 produce, so field names, defaults, limits and CEL rules follow upstream v2.3 exactly. The CRDs themselves are
 upstream's (``hack/gen_crds.py`` copies them from the pinned module, plus the additions listed in
-``hack/crdgen/upstream.py``); the CRD facts on each field (:func:`webhook.api.base.spec_field`) are what the door
-check (``webhook.policy.well_formed``) enforces before the schema runs, and
+``hack/crdgen/upstream.py``); the CRD facts on each field (:func:`trainguard.webhook.api.base.spec_field`) are what the door
+check (``trainguard.webhook.policy.well_formed``) enforces before the schema runs, and
 ``tests/unit/api/test_models_match_crds.py`` holds every one of them equal to the CRD's.
 
 One kind of fact is left to the schema on purpose: the ``minLength: 1`` of the names in a runtimePatch
@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict
 
-from webhook.api import constants as c
-from webhook.api.base import IMMUTABLE, KubeModel, rule, spec_field
-from webhook.api.core import (
+from trainguard.webhook.api import constants as c
+from trainguard.webhook.api.base import IMMUTABLE, KubeModel, rule, spec_field
+from trainguard.webhook.api.core import (
     Affinity,
     EnvVar,
     LocalObjectReference,
@@ -35,8 +35,8 @@ from webhook.api.core import (
     Volume,
     VolumeMount,
 )
-from webhook.api.jobset import JobSetSpec
-from webhook.api.meta import Condition, ObjectMeta, TemplateMeta
+from trainguard.webhook.api.jobset import JobSetSpec
+from trainguard.webhook.api.meta import Condition, ObjectMeta, TemplateMeta
 
 # Object-level rules every trainer.kubeflow.org object of kind TrainJob carries (reference 1.1). Names become
 # JobSet, Service and pod-hostname prefixes, hence the DNS-1035 label format.

@@ -20,10 +20,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict
 
-from webhook.api import constants as c
-from webhook.api.base import KubeModel, QuantityValue, rule, spec_field
-from webhook.api.core import Toleration
-from webhook.api.meta import Condition, LabelSelector, ObjectMeta
+from trainguard.webhook.api import constants as c
+from trainguard.webhook.api.base import KubeModel, QuantityValue, rule, spec_field
+from trainguard.webhook.api.core import Toleration
+from trainguard.webhook.api.meta import Condition, LabelSelector, ObjectMeta
 
 # ================================================================================================ policy
 class RuntimeSelector(KubeModel):

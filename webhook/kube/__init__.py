@@ -2,12 +2,12 @@
 
 Public API (import from the submodules; everything here is asyncio, one event loop per process)::
 
-    from webhook.kube.config import load_config, config_from_client_configuration, ClusterConfig
-    from webhook.kube.client import KubeClient, WatchEvent
-    from webhook.kube.errors import ApiError, NotFound, Conflict, AlreadyExists, Gone, Invalid
-    from webhook.kube.resources import Resource, TRAINJOBS, JOBSETS, SECRETS, ...  # the types we use
-    from webhook.kube.informer import Informer, CacheEvent, Backoff, object_key
-    from webhook.kube.snapshot import ClusterCaches
+    from trainguard.webhook.kube.config import load_config, config_from_client_configuration, ClusterConfig
+    from trainguard.webhook.kube.client import KubeClient, WatchEvent
+    from trainguard.webhook.kube.errors import ApiError, NotFound, Conflict, AlreadyExists, Gone, Invalid
+    from trainguard.webhook.kube.resources import Resource, TRAINJOBS, JOBSETS, SECRETS, ...  # the types we use
+    from trainguard.webhook.kube.informer import Informer, CacheEvent, Backoff, object_key
+    from trainguard.webhook.kube.snapshot import ClusterCaches
 
 Client (objects are plain JSON dicts; every non-2xx raises an ``ApiError`` subclass with the Status message)::
 
@@ -35,7 +35,7 @@ Informer (one resource type; ``namespace=None`` means all namespaces)::
 Handlers see ADDED / MODIFIED (with ``old``) / DELETED; after a relist only the differences are emitted, and a
 handler added late first receives ADDED for everything already cached.
 
-Cluster snapshot for admission (the ``ClusterSnapshot`` fields of ``webhook.policy.verdict``)::
+Cluster snapshot for admission (the ``ClusterSnapshot`` fields of ``trainguard.webhook.policy.verdict``)::
 
     caches = ClusterCaches(kube); caches.start(); await caches.wait_synced()
     snapshot = caches.snapshot()    # cheap; rebuilt only for caches that changed

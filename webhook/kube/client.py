@@ -1,6 +1,6 @@
 """A small asyncio Kubernetes client on aiohttp: the verbs trainguard uses and nothing else.
 
-Objects are plain JSON dicts in and out (the typed models live in ``webhook.api``; this layer does not care what
+Objects are plain JSON dicts in and out (the typed models live in ``trainguard.webhook.api``; this layer does not care what
 it carries). Every non-2xx answer becomes an ``ApiError`` subclass carrying the apiserver's Status message.
 Watches are async iterators of ``WatchEvent``; an ERROR event inside the stream is raised as the same exceptions
 (410 Gone being the one that matters: the caller must relist).
@@ -15,9 +15,9 @@ from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 
-from webhook.kube.config import ClusterConfig
-from webhook.kube.errors import ApiError, error_from_status
-from webhook.kube.resources import Resource
+from trainguard.webhook.kube.config import ClusterConfig
+from trainguard.webhook.kube.errors import ApiError, error_from_status
+from trainguard.webhook.kube.resources import Resource
 
 Object = dict[str, Any]
 

@@ -30,9 +30,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, P
 
 import aiohttp
 
-from webhook.kube.client import WatchEvent
-from webhook.kube.errors import ApiError, Gone, NotFound
-from webhook.kube.resources import Resource
+from trainguard.webhook.kube.client import WatchEvent
+from trainguard.webhook.kube.errors import ApiError, Gone, NotFound
+from trainguard.webhook.kube.resources import Resource
 
 Object = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects

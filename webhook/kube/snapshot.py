@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from webhook.kube import resources as r
-from webhook.kube.informer import Backoff, Informer, ListWatcher, strip_managed_fields
-from webhook.kube.resources import Resource
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.kube import resources as r
+from trainguard.webhook.kube.informer import Backoff, Informer, ListWatcher, strip_managed_fields
+from trainguard.webhook.kube.resources import Resource
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 Object = dict[str, Any]
 
@@ -49,7 +49,7 @@ def _name_only(obj: Object) -> Object:
     return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
 
 
-# Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (webhook.policy.multikueue).
+# Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (trainguard.webhook.policy.multikueue).
 def _local_queue_target(obj: Object) -> Object:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}

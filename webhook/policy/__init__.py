@@ -1,6 +1,6 @@
 """webhook/policy: admission decisions (the pipeline's entry points) and the controller's policy check."""
 
-from webhook.policy.pipeline import (
+from trainguard.webhook.policy.pipeline import (
     enforce_trainjob,
     mutate_trainjob,
     validate_cluster_training_runtime,
@@ -9,7 +9,7 @@ from webhook.policy.pipeline import (
     validate_trainjob,
     validate_trainjob_policy,
 )
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 __all__ = [
     "AdmissionInput",

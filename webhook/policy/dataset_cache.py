@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from webhook.field import FieldError, aggregate, forbidden, invalid
-from webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, referenced_cache_name
+from trainguard.webhook.field import FieldError, aggregate, forbidden, invalid
+from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, referenced_cache_name
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ANNOTATION_PATH = f"metadata.annotations[{DATASET_CACHE_ANNOTATION}]"

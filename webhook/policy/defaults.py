@@ -24,12 +24,12 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.api.constants import ANNOTATION_SCHEDULER_NAME
-from webhook.policy.matching import first_set
-from webhook.policy.policy_model import Policy
-from webhook.policy.runtime_rules import pod_spec, replicated_jobs
-from webhook.policy.shape import gpu_count, job_shape, trainer_pod_sets
-from webhook.policy.topology import (
+from trainguard.webhook.api.constants import ANNOTATION_SCHEDULER_NAME
+from trainguard.webhook.policy.matching import first_set
+from trainguard.webhook.policy.policy_model import Policy
+from trainguard.webhook.policy.runtime_rules import pod_spec, replicated_jobs
+from trainguard.webhook.policy.shape import gpu_count, job_shape, trainer_pod_sets
+from trainguard.webhook.policy.topology import (
     KAI_TOPOLOGY_KEYS,
     KUEUE_TOPOLOGY_KEYS,
     NoFit,

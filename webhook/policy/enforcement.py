@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from webhook.field import invalid, required
-from webhook.policy import framework
-from webhook.policy.defaults import KAI_QUEUE_LABEL, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, topology_outcome
-from webhook.policy.limits import Violation, limit_violations
-from webhook.policy.policy_model import Policy
-from webhook.policy.runtime_ref import runtime_ref
-from webhook.policy.topology import NoFit
+from trainguard.webhook.field import invalid, required
+from trainguard.webhook.policy import framework
+from trainguard.webhook.policy.defaults import KAI_QUEUE_LABEL, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, topology_outcome
+from trainguard.webhook.policy.limits import Violation, limit_violations
+from trainguard.webhook.policy.policy_model import Policy
+from trainguard.webhook.policy.runtime_ref import runtime_ref
+from trainguard.webhook.policy.topology import NoFit
 
 POLICY_LIMITS = "PolicyLimits"
 TOPOLOGY = "Topology"

@@ -25,11 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.field import FieldError, invalid, required
-from webhook.policy.pod_security import BASELINE, baseline_errors
-from webhook.policy.policy_model import Policy
-from webhook.policy.runtime_ref import allowed_runtime_entry, runtime_ref
-from webhook.policy.shape import gpu_count, images, job_shape, quantity, trainer_pod_sets
+from trainguard.webhook.field import FieldError, invalid, required
+from trainguard.webhook.policy.pod_security import BASELINE, baseline_errors
+from trainguard.webhook.policy.policy_model import Policy
+from trainguard.webhook.policy.runtime_ref import allowed_runtime_entry, runtime_ref
+from trainguard.webhook.policy.shape import gpu_count, images, job_shape, quantity, trainer_pod_sets
 
 
 @dataclass(frozen=True)

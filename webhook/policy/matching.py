@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from webhook.api.meta import label_selector_matches
-from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
-from webhook.policy.runtime_ref import runtime_ref
+from trainguard.webhook.api.meta import label_selector_matches
+from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
+from trainguard.webhook.policy.runtime_ref import runtime_ref
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 

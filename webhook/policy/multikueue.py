@@ -39,9 +39,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook.api.constants import MULTIKUEUE_CONTROLLER, TRAINJOB_CONTROLLER
-from webhook.policy.defaults import KUEUE_QUEUE_LABEL
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.api.constants import MULTIKUEUE_CONTROLLER, TRAINJOB_CONTROLLER
+from trainguard.webhook.policy.defaults import KUEUE_QUEUE_LABEL
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 Object = dict[str, Any]
 

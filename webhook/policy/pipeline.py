@@ -9,7 +9,7 @@ rule runs, mutating webhook included.
 
 ``mutate_trainjob`` (mutating webhook; denies only at the door):
   1. CREATE only: resolve the runtime, match TrainJobPolicies (``matching``), compute the effective job through
-     ``webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
+     ``trainguard.webhook.runtime`` and apply the policies' defaults (``defaults``): labels, Kueue suspend, KAI, the one
      ``trainguard.io/policy`` runtimePatch with topology hints; then MultiKueue's ``managedBy`` for a queue that
      dispatches to worker clusters (``multikueue``); nothing for a MultiKueue copy on a worker (``multikueue``);
   UPDATE only: an update that drops the ``trainguard.io/policy`` runtimePatch gets the old entry back, unchanged
@@ -41,14 +41,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook.field import FieldError, aggregate
-from webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
-from webhook.policy.defaults import POLICY_MANAGER, apply_policies
-from webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
-from webhook.policy.matching import matching_policies, parse_all
-from webhook.policy.policy_model import Policy
-from webhook.policy.policy_rules import policy_errors
-from webhook.policy.runtime_ref import (
+from trainguard.webhook.field import FieldError, aggregate
+from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
+from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
+from trainguard.webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
+from trainguard.webhook.policy.matching import matching_policies, parse_all
+from trainguard.webhook.policy.policy_model import Policy
+from trainguard.webhook.policy.policy_rules import policy_errors
+from trainguard.webhook.policy.runtime_ref import (
     CLUSTER_TRAINING_RUNTIME,
     DEPRECATION_POLICY_URL,
     UnsupportedRuntime,
@@ -56,10 +56,10 @@ from webhook.policy.runtime_ref import (
     resolve_runtime,
     runtime_ref,
 )
-from webhook.policy.timestamps import stamp_runtime_patches
-from webhook.policy.updates import judging_policies, update_findings
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
-from webhook.policy.well_formed import checked
+from trainguard.webhook.policy.timestamps import stamp_runtime_patches
+from trainguard.webhook.policy.updates import judging_policies, update_findings
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.policy.well_formed import checked
 
 UPSTREAM = "UpstreamValidation"
 DATASET_CACHE = "DatasetCache"

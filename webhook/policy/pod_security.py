@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from webhook.field import FieldError, forbidden
+from trainguard.webhook.field import FieldError, forbidden
 
 BASELINE = "Baseline"
 # Capabilities the baseline level allows a container to add (Pod Security Standards, "Capabilities").

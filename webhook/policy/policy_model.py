@@ -1,4 +1,4 @@
-"""The engine's typed, immutable view of a TrainJobPolicy, read from the API model ``webhook.api.trainguard``.
+"""The engine's typed, immutable view of a TrainJobPolicy, read from the API model ``trainguard.webhook.api.trainguard``.
 
 The wire object is parsed by the API model (the single source of truth for the CRD); this module flattens it into
 frozen values with the CRD defaults applied (mode Enforce, priority 0, placement Preferred, target Kueue, GPU
@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from webhook.api.meta import LabelSelector
-from webhook.api.trainguard import TrainJobPolicy
+from trainguard.webhook.api.meta import LabelSelector
+from trainguard.webhook.api.trainguard import TrainJobPolicy
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
-from webhook.api.meta import label_selector_matches
-from webhook.field import FieldError, duplicate, invalid
-from webhook.policy.matching import namespace_labels
-from webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
-from webhook.policy.runtime_ref import allowed_runtime_entry
+from trainguard.webhook.api.meta import label_selector_matches
+from trainguard.webhook.field import FieldError, duplicate, invalid
+from trainguard.webhook.policy.matching import namespace_labels
+from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
+from trainguard.webhook.policy.runtime_ref import allowed_runtime_entry
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _QUALIFIED = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}$")

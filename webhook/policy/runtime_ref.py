@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.field import FieldError, invalid
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 Object = dict[str, Any]
 

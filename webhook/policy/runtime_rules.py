@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.api.constants import LABEL_TRAINJOB_ANCESTOR
-from webhook.field import FieldError, duplicate, forbidden, invalid
+from trainguard.webhook.api.constants import LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.field import FieldError, duplicate, forbidden, invalid
 
 Object = dict[str, Any]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from webhook.api.quantity import Quantity, parse_quantity
-from webhook.policy.topology import JobShape
+from trainguard.webhook.api.quantity import Quantity, parse_quantity
+from trainguard.webhook.policy.topology import JobShape
 
 
 def quantity(value: Any) -> Quantity:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.policy.policy_model import Topology, TopologyLevel
+from trainguard.webhook.policy.policy_model import Topology, TopologyLevel
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"

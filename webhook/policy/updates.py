@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.field import forbidden, required
-from webhook.policy.enforcement import SCHEDULING, SCHEDULING_LABELS, Finding, findings, label_path
-from webhook.policy.limits import Violation
-from webhook.policy.matching import application_order
-from webhook.policy.policy_model import Policy
+from trainguard.webhook.field import forbidden, required
+from trainguard.webhook.policy.enforcement import SCHEDULING, SCHEDULING_LABELS, Finding, findings, label_path
+from trainguard.webhook.policy.limits import Violation
+from trainguard.webhook.policy.matching import application_order
+from trainguard.webhook.policy.policy_model import Policy
 
 
 def judging_policies(matched_new: list[Policy], matched_old: list[Policy]) -> list[Policy]:

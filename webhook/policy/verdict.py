@@ -1,7 +1,7 @@
 """The contract between the admission server (or ``trainguard render``) and the policy engine.
 
 The server decodes an AdmissionReview into an ``AdmissionInput``, takes a ``ClusterSnapshot`` from its
-watch-backed caches, calls one pure function of ``webhook.policy`` and encodes the ``Verdict``: the JSON patch is
+watch-backed caches, calls one pure function of ``trainguard.webhook.policy`` and encodes the ``Verdict``: the JSON patch is
 computed by the server from the original object and ``Verdict.obj``, never by re-serialising the whole object.
 Objects are plain JSON dicts as the apiserver sent them; the engine parses them into typed models itself.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping
 
-from webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 Object = dict[str, Any]
@@ -70,7 +70,7 @@ class Verdict:
     # Mutating webhooks: the object as it should be stored (None: unchanged). Validating webhooks: None.
     obj: Object | None = None
     warnings: tuple[str, ...] = ()
-    # Denial message in the upstream aggregate format (webhook.field.aggregate); None when allowed.
+    # Denial message in the upstream aggregate format (trainguard.webhook.field.aggregate); None when allowed.
     message: str | None = None
     # Short machine-readable reason for metrics and logs, e.g. "UpstreamValidation", "PolicyLimits", "Topology".
     reason: str | None = None

@@ -5,14 +5,14 @@ the CRD's schema, so the mutating webhook sees whatever a client sent: a 60,000-
 CRD's ``maxItems`` is 128), ``runtimeRef: torch-distributed`` as a string, a GPU quantity ``"8 "``. The policy code
 reads plain dicts and trusts their shape; fed such input it raised (an AdmissionReview code 500, or an admission
 with ``--on-policy-error allow``) or, for huge lists, did minutes of work. ``trainguard render`` and a direct
-POST to the webhook skip the schema entirely. So every entry point of ``webhook.policy.pipeline`` first checks the
+POST to the webhook skip the schema entirely. So every entry point of ``trainguard.webhook.policy.pipeline`` first checks the
 object under review here and denies with the field path, in the apiserver's words:
 
     spec.trainer.env: Too many: 60000: must have at most 128 items
     spec.runtimeRef: Invalid value: "torch-distributed": must be of type object
     spec.trainer.resourcesPerNode.limits[nvidia.com/gpu]: Invalid value: "8 ": quantities must match ...
 
-What is checked is derived from the typed models in ``webhook.api``, whose CRD facts are the CRDs' own
+What is checked is derived from the typed models in ``trainguard.webhook.api``, whose CRD facts are the CRDs' own
 (``tests/unit/api/test_models_match_crds.py``: the trainer.kubeflow.org CRDs are upstream's, the trainguard.io ones
 are generated from these models), field by field: the JSON type of every typed field, required fields,
 ``maxItems``/``minItems``, ``maxLength``/``minLength``, ``maxProperties``, ``enum`` and ``Literal`` values,
@@ -45,11 +45,11 @@ from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from webhook.api import meta, trainer, trainguard
-from webhook.api.base import IntOrString, QuantityValue
-from webhook.api.quantity import Quantity, QuantityError
-from webhook.field import ErrorType, FieldError, aggregate, invalid, required, too_long, too_many
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.api import meta, trainer, trainguard
+from trainguard.webhook.api.base import IntOrString, QuantityValue
+from trainguard.webhook.api.quantity import Quantity, QuantityError
+from trainguard.webhook.field import ErrorType, FieldError, aggregate, invalid, required, too_long, too_many
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 # Enough to name what is wrong; an object with thousands of bad fields must not cost thousands of messages.
 MAX_ERRORS = 16

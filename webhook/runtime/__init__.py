@@ -2,7 +2,7 @@
 
 This is trainguard's re-implementation of Kubeflow Trainer v2.3's runtime framework (reference §3). The mutating
 webhook and the reconciler both call it, so the job a policy reasons about is exactly the job that gets built.
-Everything here is pure: inputs are JSON dicts (or ``webhook.api`` models, which are dumped to dicts at the door),
+Everything here is pure: inputs are JSON dicts (or ``trainguard.webhook.api`` models, which are dumped to dicts at the door),
 outputs are new dicts; nothing reads the network, the clock or globals. Randomness (MPI SSH keys, Flux CURVE
 certificates) is injected through ``KeySource`` so a build is a function of its arguments.
 
@@ -21,7 +21,7 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
           gpus_per_node: int                        GPUs one node pod requests (merged view, not raw override)
           total_gpus: int                           Σ over pod sets of GPUs per pod × count
         ``PodSet`` fields: name, ancestor (str | None), count (pods per replica), replicas, pods (count ×
-        replicas), requests (dict[str, webhook.api.quantity.Quantity] for ONE pod; limits stand in for missing
+        replicas), requests (dict[str, trainguard.webhook.api.quantity.Quantity] for ONE pod; limits stand in for missing
         requests), gpus (per pod), containers / init_containers (names).
 
     validate_trainjob(trainjob, old_trainjob, runtime, jobset_obj, *, priority_classes=None)
@@ -31,7 +31,7 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
         is active), Torch (+torchtune), MPI, XGBoost, Flux, Volcano. ``old_trainjob`` is None on CREATE;
         ``jobset`` is the live JobSet or None; ``priority_classes`` is the set of PriorityClass names
         (None: unknown, the Volcano existence check is skipped). Returns (errors, warnings); render errors
-        with ``webhook.field.aggregate``.
+        with ``trainguard.webhook.field.aggregate``.
 
     build_objects(trainjob, runtime, *, keys, existing=ExistingObjects(), dataset_cache=None) -> list[dict]
         ``ExistingObjects(jobset=None, podgroup=False, mpi_ssh_secret=False, flux_curve_secret=False)``.
@@ -60,12 +60,12 @@ pipeline), ``torch``/``torchtune``/``mpi``/``jax``/``xgboost``/``flux``/``plain`
 
 from __future__ import annotations
 
-from webhook.runtime.build import ExistingObjects, apply_order, build_objects
-from webhook.runtime.draft import BuildError
-from webhook.runtime.effective import EffectiveJob, PodSet, effective_job
-from webhook.runtime.keys import KeySource, generated_keys, placeholder_keys
-from webhook.runtime.snapshot import InvalidRuntimeSnapshot, build_runtime_snapshot, runtime_from_snapshot
-from webhook.runtime.validate import validate_trainjob
+from trainguard.webhook.runtime.build import ExistingObjects, apply_order, build_objects
+from trainguard.webhook.runtime.draft import BuildError
+from trainguard.webhook.runtime.effective import EffectiveJob, PodSet, effective_job
+from trainguard.webhook.runtime.keys import KeySource, generated_keys, placeholder_keys
+from trainguard.webhook.runtime.snapshot import InvalidRuntimeSnapshot, build_runtime_snapshot, runtime_from_snapshot
+from trainguard.webhook.runtime.validate import validate_trainjob
 
 __all__ = [
     "BuildError",

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from webhook.runtime import coscheduling, flux, jobset, mpi, volcano
-from webhook.runtime.draft import BuildError, as_object
-from webhook.runtime.effective import compute
-from webhook.runtime.keys import KeySource
-from webhook.runtime.names import DATASET_CACHE_ANNOTATION
+from trainguard.webhook.runtime import coscheduling, flux, jobset, mpi, volcano
+from trainguard.webhook.runtime.draft import BuildError, as_object
+from trainguard.webhook.runtime.effective import compute
+from trainguard.webhook.runtime.keys import KeySource
+from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache:
     if got != wanted:
         raise BuildError(f"DatasetCache {got!r} was provided but annotation {DATASET_CACHE_ANNOTATION} names {wanted!r}")
     # Imported here: the cache engineer owns the module, and only cache-wired jobs need it.
-    from webhook.runtime.dataset_cache import DatasetCacheWiringError, wire_dataset_cache
+    from trainguard.webhook.runtime.dataset_cache import DatasetCacheWiringError, wire_dataset_cache
 
     try:
         return wire_dataset_cache(built, trainjob, cache)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from webhook.api.quantity import format_resource_list, scale_resources, sum_resources
-from webhook.runtime.draft import Draft, pod_metadata
-from webhook.runtime.objects import owned_object
+from trainguard.webhook.api.quantity import format_resource_list, scale_resources, sum_resources
+from trainguard.webhook.runtime.draft import Draft, pod_metadata
+from trainguard.webhook.runtime.objects import owned_object
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60

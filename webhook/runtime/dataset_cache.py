@@ -1,14 +1,14 @@
 """Wiring a TrainJob's JobSet to a node-local dataset cache (issue 7).
 
 A TrainJob opts in with the annotation ``trainguard.io/dataset-cache: <name>``. The cache agent of that
-DatasetCache (a DaemonSet built by ``controller.cache.daemonset``) listens on a Unix socket inside a per-cache
+DatasetCache (a DaemonSet built by ``trainguard.cache.daemonset``) listens on a Unix socket inside a per-cache
 host directory; this module mounts that directory read-only into the trainer containers and tells the training
 code where the socket is. The host-path convention lives here, not in ``controller/``, because both sides need
 it and ``webhook/`` must never import ``controller/``.
 
 Who can reach the agent: its socket is mode 0660 with group ``SOCKET_GROUP_ID`` in a directory of mode 0750 with
 that group, so the trainer pods wired here also get ``SOCKET_GROUP_ID`` in ``securityContext.supplementalGroups``,
-and the agent refuses any peer without it (SO_PEERGROUPS; see ``controller.cache.agent``). The group is no secret:
+and the agent refuses any peer without it (SO_PEERGROUPS; see ``trainguard.cache.agent``). The group is no secret:
 any pod author can list any GID. The boundary is reaching the socket at all, i.e. mounting its host directory,
 which only these trainer pods do (TrainJobs of the cache's own namespace, built by the controller) and which Pod
 Security baseline denies to pods users write themselves (hostPath volumes). The group keeps out what reaches the
@@ -16,7 +16,7 @@ node directory without being meant to use it: host users and other containers or
 
 When the DatasetCache sets ``spec.holdTrainersUntilWarm``, the trainer pod templates also get the scheduling gate
 ``trainguard.io/dataset-cache-warm`` and the label ``trainguard.io/waits-for-dataset-cache: <cache>``; the
-reconciler (``controller.reconcile.gates``) removes exactly that gate once the cache reports Ready. A gated pod has
+reconciler (``trainguard.controller.reconcile.gates``) removes exactly that gate once the cache reports Ready. A gated pod has
 no node yet, so "warm on its nodes" can only mean "warm on every node the cache selects" (``status.nodesReady ==
 status.nodesDesired > 0``): the pod will land on one of them, and no cheaper test can know which.
 
@@ -29,8 +29,8 @@ import copy
 import re
 from typing import Any, Mapping
 
-from webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
-from webhook.field import FieldError, aggregate, invalid, required
+from trainguard.webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.field import FieldError, aggregate, invalid, required
 
 DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
 

@@ -13,8 +13,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from webhook.runtime import merge
-from webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
+from trainguard.webhook.runtime import merge
+from trainguard.webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
 
 
 class BuildError(ValueError):
@@ -27,7 +27,7 @@ RUNTIME_NODE_ARGS = "runtime_node_args"
 
 
 def as_object(obj: Any) -> dict:
-    """A deep-copied JSON dict from a dict or a ``webhook.api`` model (anything with ``dump()``)."""
+    """A deep-copied JSON dict from a dict or a ``trainguard.webhook.api`` model (anything with ``dump()``)."""
     if obj is None:
         return {}
     if hasattr(obj, "dump"):

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from webhook.api.quantity import Quantity
-from webhook.runtime import (
+from trainguard.webhook.api.quantity import Quantity
+from trainguard.webhook.runtime import (
     coscheduling,
     extras,
     flux,
@@ -35,10 +35,10 @@ from webhook.runtime import (
     volcano,
     xgboost,
 )
-from webhook.runtime.draft import BuildError, Draft, ancestor_of, is_launcher_as_node, prepare, resources_targets
-from webhook.runtime.merge import MergeError
-from webhook.runtime.names import LAUNCHER, NODE
-from webhook.runtime.resources import gpus_of, pod_requests
+from trainguard.webhook.runtime.draft import BuildError, Draft, ancestor_of, is_launcher_as_node, prepare, resources_targets
+from trainguard.webhook.runtime.merge import MergeError
+from trainguard.webhook.runtime.names import LAUNCHER, NODE
+from trainguard.webhook.runtime.resources import gpus_of, pod_requests
 
 _ML_ENFORCERS = {
     "torch": torch.enforce,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from webhook.runtime.draft import Draft
-from webhook.runtime.names import POLICY_EFFECTS_ANNOTATION, SCHEDULER_NAME_ANNOTATION
+from trainguard.webhook.runtime.draft import Draft
+from trainguard.webhook.runtime.names import POLICY_EFFECTS_ANNOTATION, SCHEDULER_NAME_ANNOTATION
 
 
 def apply(draft: Draft) -> None:

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from webhook.field import FieldError, invalid
-from webhook.runtime import flux_scripts, plain
-from webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, pod_spec, upsert_into_container, upsert_volumes
-from webhook.runtime.keys import KeySource
-from webhook.runtime.merge import upsert
-from webhook.runtime.names import NODE
-from webhook.runtime.objects import b64, owned_object
-from webhook.runtime.resources import gpu_count
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime import flux_scripts, plain
+from trainguard.webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, pod_spec, upsert_into_container, upsert_volumes
+from trainguard.webhook.runtime.keys import KeySource
+from trainguard.webhook.runtime.merge import upsert
+from trainguard.webhook.runtime.names import NODE
+from trainguard.webhook.runtime.objects import b64, owned_object
+from trainguard.webhook.runtime.resources import gpu_count
 
 INSTALLER = "flux-installer"
 DEFAULT_SETTINGS = {

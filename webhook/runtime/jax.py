@@ -5,8 +5,8 @@ Like Torch, nothing is injected when the TrainJob has no ``spec.trainer`` (upstr
 
 from __future__ import annotations
 
-from webhook.runtime.draft import Draft, completion_index_env, env, set_trainer_count, upsert_into_container
-from webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.draft import Draft, completion_index_env, env, set_trainer_count, upsert_into_container
+from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
 
 
 def applies(draft: Draft) -> bool:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from webhook.field import FieldError, forbidden, internal, invalid, required
-from webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, ancestor_of, pod_spec, resources_targets, runtime_patches
-from webhook.runtime.merge import override_container, patch_template, upsert
-from webhook.runtime.names import (
+from trainguard.webhook.field import FieldError, forbidden, internal, invalid, required
+from trainguard.webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, ancestor_of, pod_spec, resources_targets, runtime_patches
+from trainguard.webhook.runtime.merge import override_container, patch_template, upsert
+from trainguard.webhook.runtime.names import (
     ANCESTOR_DATASET_INITIALIZER,
     ANCESTOR_MODEL_INITIALIZER,
     ANCESTOR_TRAINER,
@@ -33,7 +33,7 @@ from webhook.runtime.names import (
     NODE,
     STORAGE_URI_ENV,
 )
-from webhook.runtime.objects import owner_reference
+from trainguard.webhook.runtime.objects import owner_reference
 
 RUNTIME_REF = "spec.runtimeRef"
 RUNTIME_PATCHES = "spec.runtimePatches"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from webhook.field import FieldError, invalid
-from webhook.runtime.draft import (
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime.draft import (
     BuildError,
     Draft,
     env,
@@ -20,11 +20,11 @@ from webhook.runtime.draft import (
     upsert_into_container,
     upsert_volumes,
 )
-from webhook.runtime.keys import KeySource
-from webhook.runtime.names import LAUNCHER, NODE
-from webhook.runtime.objects import b64, owned_object
-from webhook.runtime.resources import gpu_count
-from webhook.runtime.torch import reserved_env_errors
+from trainguard.webhook.runtime.keys import KeySource
+from trainguard.webhook.runtime.names import LAUNCHER, NODE
+from trainguard.webhook.runtime.objects import b64, owned_object
+from trainguard.webhook.runtime.resources import gpu_count
+from trainguard.webhook.runtime.torch import reserved_env_errors
 
 RESERVED_ENVS = (
     "OMPI_MCA_orte_default_hostfile",

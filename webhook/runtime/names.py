@@ -6,9 +6,9 @@ upstream spells them; one place, so a typo cannot make two modules disagree.
 
 from __future__ import annotations
 
-from webhook.api import constants as api
+from trainguard.webhook.api import constants as api
 
-# The API's own constants, under the names the runtime framework uses (one source, webhook.api.constants).
+# The API's own constants, under the names the runtime framework uses (one source, trainguard.webhook.api.constants).
 TRAINER_API_VERSION = api.TRAINER_API_VERSION
 TRAINER_GROUP = api.TRAINER_GROUP
 TRAINJOB_KIND = api.TRAINJOB_KIND

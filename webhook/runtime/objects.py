@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Mapping
 
-from webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
+from trainguard.webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
 
 
 def owner_reference(trainjob: Mapping[str, Any]) -> dict:

@@ -6,7 +6,7 @@ those modules call ``enforce`` here first. The trainer's env is upserted by the 
 
 from __future__ import annotations
 
-from webhook.runtime.draft import Draft, set_trainer_count
+from trainguard.webhook.runtime.draft import Draft, set_trainer_count
 
 
 def applies(draft: Draft) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from webhook.api.quantity import Quantity, ResourceList, parse_resource_list, sum_resources
+from trainguard.webhook.api.quantity import Quantity, ResourceList, parse_resource_list, sum_resources
 
 
 def container_requests(container: Mapping[str, Any]) -> ResourceList:

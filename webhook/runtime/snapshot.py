@@ -24,8 +24,8 @@ import json
 import re
 from typing import Any, Mapping
 
-from webhook.runtime.draft import as_object
-from webhook.runtime.names import CLUSTER_TRAINING_RUNTIME_KIND, TRAINER_GROUP
+from trainguard.webhook.runtime.draft import as_object
+from trainguard.webhook.runtime.names import CLUSTER_TRAINING_RUNTIME_KIND, TRAINER_GROUP
 
 DATA_KEY = "runtime.json"
 # A ConfigMap holds at most 1 MiB; the bound is checked on write and, before any parsing, on read.

@@ -9,9 +9,9 @@ runtime that declares GPUs.
 
 from __future__ import annotations
 
-from webhook.field import FieldError, invalid
-from webhook.runtime import torchtune
-from webhook.runtime.draft import (
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime import torchtune
+from trainguard.webhook.runtime.draft import (
     BuildError,
     Draft,
     completion_index_env,
@@ -19,9 +19,9 @@ from webhook.runtime.draft import (
     set_trainer_count,
     upsert_into_container,
 )
-from webhook.runtime.merge import upsert
-from webhook.runtime.names import NODE, TRAINER_PORT
-from webhook.runtime.resources import cpu_count, gpu_count
+from trainguard.webhook.runtime.merge import upsert
+from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.resources import cpu_count, gpu_count
 
 RESERVED_ENVS = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 

@@ -7,10 +7,10 @@ carries immutable config overrides (output_dir, tokenizer paths, checkpoint dir)
 
 from __future__ import annotations
 
-from webhook.field import FieldError, invalid
-from webhook.runtime.draft import Draft
-from webhook.runtime.names import ANCESTOR_TRAINER, NODE, TRAINER_PORT
-from webhook.runtime.resources import gpu_count
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime.draft import Draft
+from trainguard.webhook.runtime.names import ANCESTOR_TRAINER, NODE, TRAINER_PORT
+from trainguard.webhook.runtime.resources import gpu_count
 
 ENTRYPOINT = ["tune", "run"]
 SUPPORTED_MODELS = ("llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B")

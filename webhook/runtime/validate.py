@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any
 
-from webhook.field import FieldError, invalid
-from webhook.runtime import flux, jobset, mpi, torch, volcano, xgboost
-from webhook.runtime.draft import Draft, as_object, prepare
-from webhook.runtime.merge import MergeError
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime import flux, jobset, mpi, torch, volcano, xgboost
+from trainguard.webhook.runtime.draft import Draft, as_object, prepare
+from trainguard.webhook.runtime.merge import MergeError
 
 _ML_VALIDATORS = {"torch": torch.validate, "mpi": mpi.validate, "xgboost": xgboost.validate, "flux": flux.validate}
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Mapping
 
-from webhook.field import FieldError, invalid
-from webhook.runtime.coscheduling import gang_size
-from webhook.runtime.draft import Draft, pod_metadata
-from webhook.runtime.objects import owned_object
+from trainguard.webhook.field import FieldError, invalid
+from trainguard.webhook.runtime.coscheduling import gang_size
+from trainguard.webhook.runtime.draft import Draft, pod_metadata
+from trainguard.webhook.runtime.objects import owned_object
 
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"

@@ -5,11 +5,11 @@ Workers per node are the node's GPUs (one worker per GPU) or 1, read from the me
 
 from __future__ import annotations
 
-from webhook.field import FieldError, forbidden
-from webhook.runtime import plain
-from webhook.runtime.draft import Draft, completion_index_env, env, upsert_into_container
-from webhook.runtime.names import NODE, TRAINER_PORT
-from webhook.runtime.resources import gpu_count
+from trainguard.webhook.field import FieldError, forbidden
+from trainguard.webhook.runtime import plain
+from trainguard.webhook.runtime.draft import Draft, completion_index_env, env, upsert_into_container
+from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.resources import gpu_count
 
 RESERVED_ENVS = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
 

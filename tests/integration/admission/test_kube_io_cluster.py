@@ -1,4 +1,4 @@
-"""webhook.kube against the real apiserver: verbs and their errors (404/409/422 with the Status message),
+"""trainguard.webhook.kube against the real apiserver: verbs and their errors (404/409/422 with the Status message),
 server-side apply, status patch, watch, and an informer that lists, watches and relists after a 410."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from webhook.kube import resources as r
-from webhook.kube.client import KubeClient
-from webhook.kube.config import load_config
-from webhook.kube.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
-from webhook.kube.informer import Backoff, CacheEvent, Informer
+from trainguard.webhook.kube import resources as r
+from trainguard.webhook.kube.client import KubeClient
+from trainguard.webhook.kube.config import load_config
+from trainguard.webhook.kube.errors import AlreadyExists, Conflict, Gone, Invalid, NotFound
+from trainguard.webhook.kube.informer import Backoff, CacheEvent, Informer
 
 
 @pytest.fixture

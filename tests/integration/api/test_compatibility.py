@@ -17,7 +17,7 @@ from kubeflow.trainer.types import types as sdk
 from kubeflow_trainer_api import models
 
 from api_objects import DEEPSPEED, LLM_DDP, PLAIN_BATCH, TAB_TRAIN, TORCH_DISTRIBUTED, Api, is_subset, with_changes
-from webhook.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob, parse_runtime
+from trainguard.webhook.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob, parse_runtime
 
 MODEL_BY_KIND = {"TrainJob": TrainJob, "TrainingRuntime": TrainingRuntime,
                  "ClusterTrainingRuntime": ClusterTrainingRuntime}

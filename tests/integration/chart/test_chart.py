@@ -21,7 +21,7 @@ import yaml
 if TYPE_CHECKING:
     from tests.conftest import Cluster
 
-from webhook.admission.registration import Registration, ServiceRef, webhook_configurations
+from trainguard.webhook.admission.registration import Registration, ServiceRef, webhook_configurations
 
 from tests.integration.reconcile.reconcile_harness import ControllerProcess, wait_for
 

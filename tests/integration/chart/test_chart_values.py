@@ -5,7 +5,7 @@
   ServiceMonitor, no CRDs): the rendered objects are the ones the values ask for, and the apiserver accepts them
   (server-side dry run).
 - A typo, a wrong type or a duplicate name fails ``helm template`` with a message naming the value.
-- Every rendered runtime and policy passes trainguard's own admission rules (``webhook.render``: the same pipeline
+- Every rendered runtime and policy passes trainguard's own admission rules (``trainguard.webhook.render``: the same pipeline
   the webhook runs), and a TrainJob on each runtime is admitted and built into a JobSet.
 - Policies and runtimes are post-install hooks on the first install, admitted by the webhook once it serves (a bad
   one fails the install with the webhook's message); the first upgrade takes them over unchanged (one that would
@@ -28,7 +28,7 @@ import yaml
 if TYPE_CHECKING:
     from tests.conftest import Cluster
 
-from webhook.render import Denied, Doc, render as render_admission
+from trainguard.webhook.render import Denied, Doc, render as render_admission
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "trainguard"

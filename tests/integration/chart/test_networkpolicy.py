@@ -64,7 +64,7 @@ def test_network_policy_is_accepted_by_the_apiserver(cluster: Cluster, namespace
 
 
 def test_connection_limits_reach_the_webhook_as_flags_it_accepts(cluster: Cluster) -> None:
-    from webhook.admission.main import configure
+    from trainguard.webhook.admission.main import configure
 
     sets = ["webhook.maxConnections=300", "webhook.tlsHandshakeTimeout=3", "webhook.headerTimeout=7",
             "webhook.readTimeout=4", "webhook.idleTimeout=100", "webhook.bodyBudgetBytes=67108864",
@@ -88,7 +88,7 @@ def test_connection_limits_reach_the_webhook_as_flags_it_accepts(cluster: Cluste
 def test_multikueue_dispatchers_reach_the_webhook_as_flags_it_accepts(cluster: Cluster) -> None:
     """A MultiKueue worker's webhook must know the manager's Kueue identity; none by default (a user's origin label
     alone never switches the worker into keeping the manager's decisions)."""
-    from webhook.admission.main import configure
+    from trainguard.webhook.admission.main import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
@@ -108,7 +108,7 @@ def test_webhook_pods_get_time_to_drain_before_the_kubelet_kills_them(cluster: C
     """After SIGTERM a replica serves for --shutdown-delay and then waits up to idle + read timeout for the apiserver
     to close its kept-alive connections (closing one from this side can lose a review); a kill before that ends
     would close them anyway."""
-    from webhook.admission.main import configure
+    from trainguard.webhook.admission.main import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)

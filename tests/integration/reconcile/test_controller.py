@@ -23,7 +23,7 @@ from reconcile_harness import (
     condition,
     wait_for,
 )
-from webhook.runtime import build_objects, placeholder_keys
+from trainguard.webhook.runtime import build_objects, placeholder_keys
 
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 STATE = "trainguard.io/state"

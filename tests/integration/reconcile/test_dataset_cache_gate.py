@@ -17,10 +17,10 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from controller.cache.daemonset import agent_name, selector_labels
-from controller.reconcile.gates import REASON_RELEASED, REASON_WAITING
+from trainguard.cache.daemonset import agent_name, selector_labels
+from trainguard.controller.reconcile.gates import REASON_RELEASED, REASON_WAITING
 from reconcile_harness import Api, ControllerProcess, wait_for
-from webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, WAITS_FOR_LABEL, WARM_GATE
+from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, WAITS_FOR_LABEL, WARM_GATE
 
 TRAINGUARD = ("trainguard.io", "v1alpha1")
 KUEUE_GATE = "kueue.x-k8s.io/topology"

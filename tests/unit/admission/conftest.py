@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from webhook.admission.logs import JsonFormatter
+from trainguard.webhook.admission.logs import JsonFormatter
 
 
 class RenderingHandler(logging.Handler):

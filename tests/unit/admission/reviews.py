@@ -6,8 +6,8 @@ import copy
 import uuid
 from typing import Any
 
-from webhook.admission.routes import ROUTES, bind_routes
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.admission.routes import ROUTES, bind_routes
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 TRAINJOB = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",

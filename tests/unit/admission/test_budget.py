@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from webhook.admission.budget import BodyBudget, BudgetSettings
+from trainguard.webhook.admission.budget import BodyBudget, BudgetSettings
 
 KiB, MiB = 1024, 1024 * 1024
 SETTINGS = BudgetSettings(total_bytes=32 * MiB, large_body_bytes=1 * MiB, large_share=0.75)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from cryptography import x509
 
-from webhook.admission.certs import (
+from trainguard.webhook.admission.certs import (
     BACKDATE,
     CertMaterial,
     Lifetimes,
@@ -130,7 +130,7 @@ def test_ca_rotation_adds_the_new_ca_first_and_moves_the_leaf_later() -> None:
 
 
 def _leaf_pems(m: CertMaterial, at: datetime) -> tuple[bytes, bytes]:
-    from webhook.admission.certs import KeyPair
+    from trainguard.webhook.admission.certs import KeyPair
 
     leaf = new_serving_cert(KeyPair(m.ca_bundle[0], m.ca_key), dns_names=NAMES, ip_addresses=["127.0.0.1"], now=at, lifetime=LIFE.leaf)
     return leaf.cert_pem, leaf.key_pem

@@ -16,13 +16,13 @@ from typing import AsyncIterator
 
 import pytest
 
-from webhook.admission.certs import new_ca, new_serving_cert
-from webhook.admission.connections import ConnectionLimits, GatedSite
-from webhook.admission.main import _close_when_draining, drain
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.server import AdmissionHandler
-from webhook.admission.tls import ServingCertificate
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.admission.certs import new_ca, new_serving_cert
+from trainguard.webhook.admission.connections import ConnectionLimits, GatedSite
+from trainguard.webhook.admission.main import _close_when_draining, drain
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.server import AdmissionHandler
+from trainguard.webhook.admission.tls import ServingCertificate
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 from reviews import fake_routes, review
 

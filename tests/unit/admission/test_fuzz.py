@@ -22,14 +22,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.routes import ROUTES
-from webhook.admission.server import AdmissionHandler, ServerSettings
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.routes import ROUTES
+from trainguard.webhook.admission.server import AdmissionHandler, ServerSettings
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 from reviews import fake_routes, review
 from tests.unit.policy import real_world
-from webhook.admission.routes import bind_routes
+from trainguard.webhook.admission.routes import bind_routes
 
 PATHS = [r.path for r in ROUTES]
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from webhook.admission.ratelimit import RateLimitedFilter, RateLimiter, rate_limited_exception_handler
+from trainguard.webhook.admission.ratelimit import RateLimitedFilter, RateLimiter, rate_limited_exception_handler
 
 
 def test_one_event_per_key_per_interval_with_the_suppressed_count() -> None:

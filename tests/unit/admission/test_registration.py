@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from webhook.admission.registration import Registration, ServiceRef, main, webhook_configurations
-from webhook.admission.routes import ROUTES
+from trainguard.webhook.admission.registration import Registration, ServiceRef, main, webhook_configurations
+from trainguard.webhook.admission.routes import ROUTES
 
 SVC = Registration(service=ServiceRef("trainguard-webhook", "trainguard-system"))
 
@@ -95,6 +95,6 @@ def test_command_line_prints_the_same_objects(capsys: pytest.CaptureFixture[str]
 
 
 def test_module_is_runnable() -> None:
-    out = subprocess.run([sys.executable, "-m", "webhook.admission.registration", "--url", "https://127.0.0.1:9443"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "trainguard.webhook.admission.registration", "--url", "https://127.0.0.1:9443"], capture_output=True, text=True, check=True)
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout)]
     assert kinds == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.review import parse_review
-from webhook.admission.routes import bind_routes
-from webhook.admission.server import AdmissionHandler
-from webhook.render import build_snapshot, read_files
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.review import parse_review
+from trainguard.webhook.admission.routes import bind_routes
+from trainguard.webhook.admission.server import AdmissionHandler
+from trainguard.webhook.render import build_snapshot, read_files
 
 from reviews import review
 

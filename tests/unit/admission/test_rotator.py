@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from webhook.admission.certs import Lifetimes
-from webhook.admission.rotator import RotatorSettings, SecretRotator, material_from_secret
-from webhook.admission.tls import ServingCertificate
-from webhook.kube import resources as r
-from webhook.kube.errors import AlreadyExists, Conflict, NotFound
+from trainguard.webhook.admission.certs import Lifetimes
+from trainguard.webhook.admission.rotator import RotatorSettings, SecretRotator, material_from_secret
+from trainguard.webhook.admission.tls import ServingCertificate
+from trainguard.webhook.kube import resources as r
+from trainguard.webhook.kube.errors import AlreadyExists, Conflict, NotFound
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

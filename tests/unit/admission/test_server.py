@@ -12,9 +12,9 @@ import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from webhook.admission.metrics import AdmissionMetrics
-from webhook.admission.server import AdmissionHandler, Readiness, ServerSettings, health_app
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.admission.metrics import AdmissionMetrics
+from trainguard.webhook.admission.server import AdmissionHandler, Readiness, ServerSettings, health_app
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 from reviews import TRAINJOB, fake_routes, review
 
@@ -302,9 +302,9 @@ async def test_warnings_are_bounded_to_what_the_apiserver_passes_on() -> None:
     in all it cuts every warning to 256 runes. So newlines become spaces, each warning is at most 256 runes, all of
     them at most 4096, and a closing note says how many did not fit."""
     from reviews import FAKE_POLICIES
-    from webhook.admission.review import WARNING_MAX_RUNES, WARNINGS_TOTAL_RUNES
-    from webhook.admission.routes import bind_routes
-    from webhook.policy.verdict import Verdict
+    from trainguard.webhook.admission.review import WARNING_MAX_RUNES, WARNINGS_TOTAL_RUNES
+    from trainguard.webhook.admission.routes import bind_routes
+    from trainguard.webhook.policy.verdict import Verdict
 
     def noisy(inp, snap):  # type: ignore[no-untyped-def]
         return Verdict.allow(None, ["line one\nline two\ttabbed", "x" * 1000, "dup", "dup",
@@ -329,7 +329,7 @@ async def test_warnings_are_bounded_to_what_the_apiserver_passes_on() -> None:
 def test_long_warnings_are_kept_whole_while_all_fit() -> None:
     """The apiserver cuts warnings to 256 runes only once a request's warnings pass 4096 in total: a single long
     Audit finding (a topology message with all its numbers) must reach the user whole."""
-    from webhook.admission.review import WARNING_MAX_RUNES, bound_warnings
+    from trainguard.webhook.admission.review import WARNING_MAX_RUNES, bound_warnings
 
     long = "spec.trainer: fits no topology level of TrainJobPolicy: " + "n" * 400
     assert len(long) > WARNING_MAX_RUNES
@@ -342,8 +342,8 @@ def test_long_warnings_are_kept_whole_while_all_fit() -> None:
 def _slow_routes(release: "threading.Event"):  # type: ignore[name-defined]
     """The TrainingRuntime validator blocks (CPU or a bug: the server cannot tell) until ``release`` is set."""
     from reviews import FAKE_POLICIES
-    from webhook.admission.routes import bind_routes
-    from webhook.policy.verdict import Verdict
+    from trainguard.webhook.admission.routes import bind_routes
+    from trainguard.webhook.policy.verdict import Verdict
 
     def stuck(inp, snap):  # type: ignore[no-untyped-def]
         release.wait(30)
@@ -409,7 +409,7 @@ async def test_held_bodies_are_bounded_and_small_reviews_still_pass() -> None:
     """Clients that never finish large bodies hold at most the large share of the budget (a fourth one is not even
     read); a normal review gets through meanwhile; every holder is cut at its read deadline and the budget is whole
     again afterwards."""
-    from webhook.admission.budget import BudgetSettings
+    from trainguard.webhook.admission.budget import BudgetSettings
 
     KiB = 1024
     settings = ServerSettings(max_body_bytes=64 * KiB, read_timeout=1.0,
@@ -444,7 +444,7 @@ async def test_held_bodies_are_bounded_and_small_reviews_still_pass() -> None:
 
 
 async def test_a_body_that_cannot_get_its_share_in_time_is_answered_503() -> None:
-    from webhook.admission.budget import BudgetSettings
+    from trainguard.webhook.admission.budget import BudgetSettings
 
     KiB = 1024
     settings = ServerSettings(max_body_bytes=64 * KiB, read_timeout=0.3,

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from cryptography import x509
 
-from webhook.admission.certs import KeyPair, new_ca, new_serving_cert
-from webhook.admission.tls import CertDirWatcher, ServingCertificate
+from trainguard.webhook.admission.certs import KeyPair, new_ca, new_serving_cert
+from trainguard.webhook.admission.tls import CertDirWatcher, ServingCertificate
 
 NOW = datetime.now(timezone.utc)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from webhook.api import constants as c
-from webhook.api.core import PodSpec, ResourceRequirements
-from webhook.api.meta import LabelSelector, label_selector_matches
-from webhook.api.trainer import MLPolicy, RuntimeRef, TrainJob, TrainingRuntime, parse_runtime
-from webhook.api.trainguard import DatasetCache, TrainJobPolicy
+from trainguard.webhook.api import constants as c
+from trainguard.webhook.api.core import PodSpec, ResourceRequirements
+from trainguard.webhook.api.meta import LabelSelector, label_selector_matches
+from trainguard.webhook.api.trainer import MLPolicy, RuntimeRef, TrainJob, TrainingRuntime, parse_runtime
+from trainguard.webhook.api.trainguard import DatasetCache, TrainJobPolicy
 
 
 def test_runtime_ref_defaults_are_not_materialised():

@@ -27,9 +27,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from webhook.api import trainer, trainguard
-from webhook.api.base import IntOrString, QuantityValue
-from webhook.api.meta import ObjectMeta
+from trainguard.webhook.api import trainer, trainguard
+from trainguard.webhook.api.base import IntOrString, QuantityValue
+from trainguard.webhook.api.meta import ObjectMeta
 
 REPO = Path(__file__).resolve().parents[3]
 ROOTS = (trainer.TrainJob, trainer.TrainingRuntime, trainer.ClusterTrainingRuntime, trainguard.TrainJobPolicy,

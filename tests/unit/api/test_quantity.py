@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.api.quantity import (
+from trainguard.webhook.api.quantity import (
     Quantity,
     QuantityError,
     format_resource_list,

@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.api.jobset import JobSet
-from webhook.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from webhook.api.trainguard import DatasetCache, TrainJobPolicy
+from trainguard.webhook.api.jobset import JobSet
+from trainguard.webhook.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainguard.webhook.api.trainguard import DatasetCache, TrainJobPolicy
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from webhook.render import main
+from trainguard.webhook.render import main
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, tzinfo=timezone.utc)
 ANCESTOR = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from controller.cache.agent import AgentConfig, CacheAgent
+from trainguard.cache.agent import AgentConfig, CacheAgent
 
 
 class AgentThread:

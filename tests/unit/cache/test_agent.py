@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controller.cache import pages
-from controller.cache.agent import eviction_order, plan_warm_set
-from controller.cache.client import CacheClient, CacheError
-from controller.cache.index import ShardEntry, glob_regex
-from controller.cache.protocol import HEADER, MAX_REQUEST_BYTES, encode
+from trainguard.cache import pages
+from trainguard.cache.agent import eviction_order, plan_warm_set
+from trainguard.cache.client import CacheClient, CacheError
+from trainguard.cache.index import ShardEntry, glob_regex
+from trainguard.cache.protocol import HEADER, MAX_REQUEST_BYTES, encode
 
 
 def raw_connect(path: str) -> socket.socket:
@@ -438,7 +438,7 @@ def test_http_probes_and_metrics(dataset: Path, start_agent: Any) -> None:
 def test_reporter_receives_residency_only_when_it_changes(tmp_path: Path) -> None:
     import asyncio
 
-    from controller.cache.agent import AgentConfig, CacheAgent
+    from trainguard.cache.agent import AgentConfig, CacheAgent
 
     root = tmp_path / "rep"
     _make_shards(root, 2, 4)

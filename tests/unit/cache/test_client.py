@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.cache import client as client_module
-from controller.cache.client import CacheClient, CacheError, CacheUnavailable, PinningUnavailable, open_shard, pin
+from trainguard.cache import client as client_module
+from trainguard.cache.client import CacheClient, CacheError, CacheUnavailable, PinningUnavailable, open_shard, pin
 
 
 def test_client_imports_only_the_standard_library() -> None:
     code = (
-        "import sys; before = set(sys.modules); import controller.cache.client; "
+        "import sys; before = set(sys.modules); import trainguard.cache.client; "
         "extra = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names) "
-        "- {'controller', 'webhook'}; print(sorted(extra))"
+        "- {'trainguard'}; print(sorted(extra))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

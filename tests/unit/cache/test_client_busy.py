@@ -12,9 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from controller.cache import client as client_module
-from controller.cache.client import BUSY_BACKOFF_FIRST, BUSY_BACKOFF_MAX, CacheClient, CacheError
-from controller.cache.protocol import ErrorCode, encode, error_reply
+from trainguard.cache import client as client_module
+from trainguard.cache.client import BUSY_BACKOFF_FIRST, BUSY_BACKOFF_MAX, CacheClient, CacheError
+from trainguard.cache.protocol import ErrorCode, encode, error_reply
 
 
 class ScriptedAgent:

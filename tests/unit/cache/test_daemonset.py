@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.cache.daemonset import (
+from trainguard.cache.daemonset import (
     AGENT_OVERHEAD_BYTES,
     AGENT_UID,
     ANNOTATION_BYTES_RESIDENT,
@@ -22,8 +22,8 @@ from controller.cache.daemonset import (
     compute_status,
     selector_labels,
 )
-from webhook.api.trainguard import DatasetCache
-from webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.api.trainguard import DatasetCache
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 # The admin's setting these caches are built under: hostPaths below /mnt/datasets, PVCs allowed.

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.cache.client import CacheClient, CacheError
-from controller.cache.index import ShardIndex
+from trainguard.cache.client import CacheClient, CacheError
+from trainguard.cache.index import ShardIndex
 
 SHARDS = ["train/shard-0.bin", "train/shard-1.bin", "train/shard-2.bin"]
 
@@ -237,7 +237,7 @@ class _FakeAgent:
 def test_client_closes_descriptors_that_came_with_a_bad_reply(
     tmp_path: Path, dataset: Path, frame: bytes, code: str | None
 ) -> None:
-    from controller.cache.client import CacheUnavailable
+    from trainguard.cache.client import CacheUnavailable
 
     fake = _FakeAgent(str(tmp_path / "fake.sock"), frame, 3, dataset / SHARDS[0])
     client = CacheClient(str(tmp_path / "fake.sock"), timeout=2, reconnect_timeout=0.3)
@@ -274,7 +274,7 @@ def test_prepare_socket_dir_works_with_cap_chown_alone(tmp_path: Path, state: st
     os.chmod(path, 0o700 if state == "prepared-wrong-mode" else 0o755)
     if state != "created-by-kubelet":
         os.chown(path, 65532, 65532)
-    code = ("import sys; from controller.cache.main import prepare_socket_dir; "
+    code = ("import sys; from trainguard.cache.main import prepare_socket_dir; "
             "sys.exit(prepare_socket_dir(sys.argv[1], 65532, None if sys.argv[2] == '-' else int(sys.argv[2])))")
     result = subprocess.run(
         ["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all,+chown", "--", sys.executable, "-c", code, str(path),
@@ -313,7 +313,7 @@ class _FakeCudart:
 def test_pinned_range_keeps_the_mapping_alive_after_the_shard_is_closed(
     dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from controller.cache import client as client_module
+    from trainguard.cache import client as client_module
 
     cudart = _FakeCudart()
     monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)
@@ -330,7 +330,7 @@ def test_pinned_range_keeps_the_mapping_alive_after_the_shard_is_closed(
 
 
 def test_pin_checks_its_arguments_before_touching_cuda(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from controller.cache import client as client_module
+    from trainguard.cache import client as client_module
 
     cudart = _FakeCudart()
     monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from controller.cache.client import CacheClient, CacheError, open_shards
-from controller.cache.protocol import MAX_OPEN_BATCH, encode
+from trainguard.cache.client import CacheClient, CacheError, open_shards
+from trainguard.cache.protocol import MAX_OPEN_BATCH, encode
 
 
 def raw_connect(path: str) -> socket.socket:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cache import pages
+from trainguard.cache import pages
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.cache.protocol import (
+from trainguard.cache.protocol import (
     HEADER,
     ErrorCode,
     ProtocolError,

@@ -9,10 +9,10 @@ import copy
 
 import pytest
 
-from controller.cache import main as agent_main
-from controller.cache.daemonset import build_daemonset
-from webhook.policy.dataset_cache import DatasetCacheSources
-from webhook.runtime.dataset_cache import SOCKET_GROUP_ID, socket_host_directory, wire_dataset_cache
+from trainguard.cache import main as agent_main
+from trainguard.cache.daemonset import build_daemonset
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.runtime.dataset_cache import SOCKET_GROUP_ID, socket_host_directory, wire_dataset_cache
 
 from tests.unit.cache.test_wiring import CACHE, TRAINJOB, jobset, rjob
 

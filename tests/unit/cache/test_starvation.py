@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from controller.cache.agent import AgentConfig, CacheAgent
-from controller.cache.client import CacheClient, CacheError, CacheUnavailable
-from controller.cache.protocol import MAX_OPEN_BATCH, encode
+from trainguard.cache.agent import AgentConfig, CacheAgent
+from trainguard.cache.client import CacheClient, CacheError, CacheUnavailable
+from trainguard.cache.protocol import MAX_OPEN_BATCH, encode
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switches uid/gid in forked children")
 

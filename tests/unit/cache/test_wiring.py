@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.runtime.dataset_cache import (
+from trainguard.webhook.runtime.dataset_cache import (
     DATASET_CACHE_ANNOTATION,
     DatasetCacheWiringError,
     socket_host_directory,
@@ -123,8 +123,8 @@ def test_socket_directory_refuses_path_tricks(namespace: str, name: str) -> None
 
 
 def test_socket_directory_matches_the_daemonset() -> None:
-    from controller.cache.daemonset import build_daemonset
-    from webhook.policy.dataset_cache import DatasetCacheSources
+    from trainguard.cache.daemonset import build_daemonset
+    from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
     ds = build_daemonset({**CACHE, "spec": {"source": {"hostPath": {"path": "/d"}, "shards": "*"}, "memoryBudget": "1Gi"}},
                          image="img", sources=DatasetCacheSources.of(["/d"]))

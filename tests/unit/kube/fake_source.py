@@ -6,7 +6,7 @@ import asyncio
 from collections import deque
 from typing import Any, AsyncIterator
 
-from webhook.kube.client import WatchEvent
+from trainguard.webhook.kube.client import WatchEvent
 
 Object = dict[str, Any]
 

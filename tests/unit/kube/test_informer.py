@@ -7,9 +7,9 @@ import asyncio
 import aiohttp
 import pytest
 
-from webhook.kube.errors import ApiError, Gone
-from webhook.kube.informer import Backoff, CacheEvent, Informer
-from webhook.kube.resources import JOBSETS
+from trainguard.webhook.kube.errors import ApiError, Gone
+from trainguard.webhook.kube.informer import Backoff, CacheEvent, Informer
+from trainguard.webhook.kube.resources import JOBSETS
 
 from fake_source import FakeSource, RecordingSleep, ev, obj
 

@@ -9,10 +9,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from webhook.kube import resources as r
-from webhook.kube.client import KubeClient, decode_watch_line
-from webhook.kube.config import ClusterConfig
-from webhook.kube.errors import AlreadyExists, ApiError, Conflict, Gone, Invalid, NotFound, error_from_status
+from trainguard.webhook.kube import resources as r
+from trainguard.webhook.kube.client import KubeClient, decode_watch_line
+from trainguard.webhook.kube.config import ClusterConfig
+from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, Gone, Invalid, NotFound, error_from_status
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ async def test_watch_reassembles_large_frames_and_raises_gone(fake: Any) -> None
 @pytest.mark.parametrize("frame", [b"[1, 2]", b'"text"', b'{"type": "ADDED", "object": [1]}',
                                    b'{"type": "ERROR", "object": "boom"}'])
 def test_malformed_watch_frames_are_api_errors(frame: bytes) -> None:
-    from webhook.kube.client import decode_watch_line
+    from trainguard.webhook.kube.client import decode_watch_line
 
     with pytest.raises(ApiError) as info:
         decode_watch_line(frame)
@@ -154,7 +154,7 @@ def test_malformed_watch_frames_are_api_errors(frame: bytes) -> None:
 
 
 def test_error_frame_with_a_non_numeric_code_is_still_an_api_error() -> None:
-    from webhook.kube.client import decode_watch_line
+    from trainguard.webhook.kube.client import decode_watch_line
 
     with pytest.raises(ApiError) as info:
         decode_watch_line(b'{"type": "ERROR", "object": {"code": "x", "message": "m"}}')
@@ -169,7 +169,7 @@ def test_apply_body_is_yaml_the_apiserver_reads(text: str) -> None:
 
     import yaml
 
-    from webhook.kube.client import apply_body
+    from trainguard.webhook.kube.client import apply_body
 
     obj = {"data": {"entrypoint.sh": text}}
     body = apply_body(obj).decode()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from webhook.kube import resources as r
-from webhook.kube.informer import Backoff
-from webhook.kube.snapshot import ClusterCaches
+from trainguard.webhook.kube import resources as r
+from trainguard.webhook.kube.informer import Backoff
+from trainguard.webhook.kube.snapshot import ClusterCaches
 
 from fake_source import FakeSource, ev, obj
 
@@ -107,7 +107,7 @@ async def test_namespace_cache_keeps_only_labels() -> None:
 
 async def test_kueue_kinds_not_served_are_empty_and_do_not_hold_readiness() -> None:
     """A cluster without Kueue: 404 for its kinds is an empty, synced cache that keeps looking."""
-    from webhook.kube.errors import NotFound
+    from trainguard.webhook.kube.errors import NotFound
 
     src = scripted()
     for res in (r.LOCAL_QUEUES, r.CLUSTER_QUEUES, r.ADMISSION_CHECKS):
@@ -129,7 +129,7 @@ async def test_kueue_kinds_not_served_are_empty_and_do_not_hold_readiness() -> N
 
 async def test_kueue_installed_later_is_picked_up() -> None:
     """The CRD appears after the webhook started: the next look lists it and the snapshot has the queue."""
-    from webhook.kube.errors import NotFound
+    from trainguard.webhook.kube.errors import NotFound
 
     src = scripted()
     lq = src.of(r.LOCAL_QUEUES)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from webhook.api.quantity import Quantity, parse_quantity
+from trainguard.webhook.api.quantity import Quantity, parse_quantity
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, tzinfo=timezone.utc)
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -14,7 +14,7 @@ ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 @dataclass(frozen=True)
 class FakePodSet:
-    """Stands in for ``webhook.runtime.effective.PodSet`` in rule tests that only need the numbers."""
+    """Stands in for ``trainguard.webhook.runtime.effective.PodSet`` in rule tests that only need the numbers."""
 
     name: str
     count: int

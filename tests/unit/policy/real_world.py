@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from tests.unit.runtime.fixtures import LLM_DDP, MPI_RUNTIME, single_job_runtime
-from webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "team-a"

@@ -1,4 +1,4 @@
-"""webhook.policy.agent_identity: a trainer pod naming a dataset cache agent's ServiceAccount is found, wherever
+"""trainguard.webhook.policy.agent_identity: a trainer pod naming a dataset cache agent's ServiceAccount is found, wherever
 the name comes from (the runtime's template, a TrainJob runtimePatch, the deprecated ``serviceAccount`` alias);
 other ServiceAccounts are not. Pure: the merged job is built by the real ``effective_job``."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.cache.daemonset import agent_name
+from trainguard.cache.daemonset import agent_name
 from tests.unit.policy.policy_helpers import rjob, runtime, trainjob
-from webhook.policy.agent_identity import (
+from trainguard.webhook.policy.agent_identity import (
     AGENT_SERVICE_ACCOUNT_PREFIX,
     agent_identity_errors,
     runtime_errors,

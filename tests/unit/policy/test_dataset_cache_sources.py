@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.admission.main import with_dataset_cache_sources
-from webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
-from webhook.policy.dataset_cache import (
+from trainguard.webhook.admission.main import with_dataset_cache_sources
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.policy.dataset_cache import (
     HOST_PATH_FIELD,
     DatasetCacheSources,
     UncleanPath,
@@ -21,8 +21,8 @@ from webhook.policy.dataset_cache import (
     is_below,
     source_errors,
 )
-from webhook.policy.pipeline import validate_dataset_cache
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_dataset_cache
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=timezone.utc)
 DATA = DatasetCacheSources.of(["/data"])
@@ -226,7 +226,7 @@ def test_the_webhook_fills_the_setting_into_every_snapshot_without_copying_per_r
 ], ids=["default", "data-only", "admin-allows-root"])
 def test_render_takes_the_same_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...],
                                     code: int, err: str) -> None:
-    from webhook.cli import build_parser
+    from trainguard.webhook.cli import build_parser
 
     path = tmp_path / "cache.yaml"
     path.write_text(yaml.safe_dump(host("/", name="root")))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS, NOW, policy, rjob, runtime, trainjob
-from webhook.policy import enforce_trainjob, validate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy import enforce_trainjob, validate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 GPU = {"limits": {"nvidia.com/gpu": 8}, "requests": {"cpu": "16"}}
 QUEUE = "kueue.x-k8s.io/queue-name"

@@ -21,9 +21,9 @@ import pytest
 from policy_helpers import NOW
 from tests.unit.policy import real_world
 from tests.unit.policy.real_world import OBJECTS, mutate_once
-from webhook.policy import pipeline
-from webhook.policy.verdict import AdmissionInput, Verdict
-from webhook.policy.well_formed import REASON, shape_errors
+from trainguard.webhook.policy import pipeline
+from trainguard.webhook.policy.verdict import AdmissionInput, Verdict
+from trainguard.webhook.policy.well_formed import REASON, shape_errors
 
 CASES = 4000
 SNAPSHOT = real_world.snapshot()

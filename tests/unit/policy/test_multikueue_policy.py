@@ -1,4 +1,4 @@
-"""MultiKueue and policies (``webhook.policy.multikueue``): the manager finishes Kueue's defaulting for a queue a
+"""MultiKueue and policies (``trainguard.webhook.policy.multikueue``): the manager finishes Kueue's defaulting for a queue a
 policy set; a worker takes MultiKueue's copy as the manager's policies left it, and only from MultiKueue's user."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from policy_helpers import NOW, policy, runtime, trainjob
-from webhook.policy.defaults import POLICY_MANAGER
-from webhook.policy.multikueue import ORIGIN_LABEL, default_managed_by, dispatches, is_dispatched_copy
-from webhook.policy.pipeline import mutate_trainjob, validate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.defaults import POLICY_MANAGER
+from trainguard.webhook.policy.multikueue import ORIGIN_LABEL, default_managed_by, dispatches, is_dispatched_copy
+from trainguard.webhook.policy.pipeline import mutate_trainjob, validate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"

@@ -4,8 +4,8 @@ run as a dataset cache agent's ServiceAccount is denied naming the field; on UPD
 from __future__ import annotations
 
 from tests.unit.policy.policy_helpers import NOW, rjob, runtime, trainjob
-from webhook.policy.pipeline import validate_cluster_training_runtime, validate_training_runtime, validate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_cluster_training_runtime, validate_training_runtime, validate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 AGENT = "trainguard-cache-imagenet"
 NODE_SPEC = "replicatedJobs[node].template.spec.template.spec"

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policy_helpers import GPU_LEVELS, NOW, policy, runtime, trainjob
-from webhook.policy.pipeline import mutate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import mutate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 OWNED_SPEC = {"runtimePatches", "suspend", "activeDeadlineSeconds"}
 

@@ -7,9 +7,9 @@ import copy
 import pytest
 
 from policy_helpers import GPU_LEVELS, NOW, policy, rjob, runtime, trainjob
-from webhook.policy.defaults import POLICY_MANAGER
-from webhook.policy.pipeline import mutate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.defaults import POLICY_MANAGER
+from trainguard.webhook.policy.pipeline import mutate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 PRIORITY = "kueue.x-k8s.io/priority-class"
@@ -182,7 +182,7 @@ def test_runtime_selector_and_trainjob_selector():
 def test_update_that_drops_the_policy_patch_gets_it_back(suspend):
     """kubectl apply of the user's manifest replaces runtimePatches with the manifest's list (no policy entry):
     the old entry comes back unchanged, so the decision stays and a running job's update is not a patch change."""
-    from webhook.policy.pipeline import validate_trainjob
+    from trainguard.webhook.policy.pipeline import validate_trainjob
 
     user = {"manager": "acme.io/tweaks", "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"t": "a"}}}}}
     snapshot = snap(policy("topo", topology=TOPOLOGY))

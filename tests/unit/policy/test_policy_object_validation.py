@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS, NOW, policy, runtime
-from webhook.policy.dataset_cache import DatasetCacheSources
-from webhook.policy.pipeline import validate_dataset_cache, validate_trainjob_policy
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.pipeline import validate_dataset_cache, validate_trainjob_policy
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 
 def check(obj, snapshot=None):

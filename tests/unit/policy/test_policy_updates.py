@@ -9,8 +9,8 @@ import copy
 import pytest
 
 from policy_helpers import NOW, policy, runtime, trainjob
-from webhook.policy.pipeline import validate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 PRIORITY = "kueue.x-k8s.io/priority-class"

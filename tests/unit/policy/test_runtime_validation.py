@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import NOW, rjob, runtime
-from webhook.policy.pipeline import validate_cluster_training_runtime, validate_training_runtime
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_cluster_training_runtime, validate_training_runtime
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 RJ = "spec.template.spec.replicatedJobs"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import NOW, policy, rjob, runtime, trainjob
-from webhook.policy.pipeline import validate_trainjob, validate_trainjob_policy
-from webhook.policy.runtime_ref import allowed_runtime_entry
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_trainjob, validate_trainjob_policy
+from trainguard.webhook.policy.runtime_ref import allowed_runtime_entry
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 CTR, TR = "ClusterTrainingRuntime", "TrainingRuntime"
 

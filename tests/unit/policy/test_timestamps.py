@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import NOW, trainjob
-from webhook.policy.timestamps import format_time, stamp_runtime_patches
+from trainguard.webhook.policy.timestamps import format_time, stamp_runtime_patches
 
 STAMP = format_time(NOW)
 EARLIER = "2026-01-01T00:00:00Z"

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from policy_helpers import NOW, trainjob
-from webhook.policy.timestamps import format_time, stamp_runtime_patches
+from trainguard.webhook.policy.timestamps import format_time, stamp_runtime_patches
 
 OLD_TIME = "2026-09-01T11:00:00Z"
 STAMP = format_time(NOW)

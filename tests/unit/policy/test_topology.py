@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS
-from webhook.policy.policy_model import Topology, TopologyLevel
-from webhook.policy.topology import (
+from trainguard.webhook.policy.policy_model import Topology, TopologyLevel
+from trainguard.webhook.policy.topology import (
     KAI_PREFERRED,
     KAI_REQUIRED,
     KAI_TOPOLOGY,

@@ -1,4 +1,4 @@
-"""The validating pipeline for TrainJobs: §2.5 lookup, plugin rules (via webhook.runtime), DatasetCache reference,
+"""The validating pipeline for TrainJobs: §2.5 lookup, plugin rules (via trainguard.webhook.runtime), DatasetCache reference,
 policy limits and topology fit (Enforce denies, Audit warns). One rejected and one accepted case per rule."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS, NOW, policy, runtime, trainjob
-from webhook.policy.pipeline import validate_trainjob
-from webhook.policy.verdict import AdmissionInput, ClusterSnapshot
+from trainguard.webhook.policy.pipeline import validate_trainjob
+from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
 RT = runtime()
 GPU = {"limits": {"nvidia.com/gpu": 8}, "requests": {"cpu": "16"}}

@@ -1,4 +1,4 @@
-"""The door check (``webhook.policy.well_formed``): malformed or oversized objects are denied naming the field and
+"""The door check (``trainguard.webhook.policy.well_formed``): malformed or oversized objects are denied naming the field and
 the limit, before any rule runs; every real object passes; the cost of a huge object is that of its length."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from policy_helpers import NOW
 from tests.unit.policy.real_world import OBJECTS, TRAINJOBS, snapshot
-from webhook.policy import pipeline, well_formed
-from webhook.policy.verdict import AdmissionInput
-from webhook.policy.well_formed import MAX_ERRORS, REASON, shape_errors
+from trainguard.webhook.policy import pipeline, well_formed
+from trainguard.webhook.policy.verdict import AdmissionInput
+from trainguard.webhook.policy.well_formed import MAX_ERRORS, REASON, shape_errors
 
 JOB = next(j for j in TRAINJOBS if j["metadata"]["name"] == "llm-ddp")
 SNAPSHOT = snapshot()

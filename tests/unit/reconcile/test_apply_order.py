@@ -14,9 +14,9 @@ import copy
 import pytest
 from test_trainjob import FakeKube, reconciler, runtime, trainjob
 
-from controller.reconcile.trainjob import ReconcileError
-from webhook.kube.errors import ApiError, Invalid, NotFound
-from webhook.runtime import apply_order
+from trainguard.controller.reconcile.trainjob import ReconcileError
+from trainguard.webhook.kube.errors import ApiError, Invalid, NotFound
+from trainguard.webhook.runtime import apply_order
 
 
 def _runtime(kind: str) -> dict:

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from controller.reconcile.controller import Controller, Settings, configmap_metadata_only
-from controller.reconcile.metrics import Metrics
-from webhook.kube.resources import CONFIGMAPS, SECRETS
+from trainguard.controller.reconcile.controller import Controller, Settings, configmap_metadata_only
+from trainguard.controller.reconcile.metrics import Metrics
+from trainguard.webhook.kube.resources import CONFIGMAPS, SECRETS
 
 OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "u1",
          "controller": True}
@@ -44,8 +44,8 @@ def test_the_controller_does_not_watch_secrets() -> None:
 def test_podgroup_kinds_are_optional_caches() -> None:
     """scheduler-plugins' and Volcano's PodGroup CRDs are optional: an unserved kind is an empty, synced cache that
     keeps looking (no warning per retry), while the kinds the controller needs still report list/watch failures."""
-    from controller.reconcile.kinds import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
-    from webhook.kube.resources import TRAINJOBS
+    from trainguard.controller.reconcile.kinds import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+    from trainguard.webhook.kube.resources import TRAINJOBS
 
     controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
     optional = {inf.resource.plural + "." + inf.resource.group for inf in controller._informers if inf.absent_ok}

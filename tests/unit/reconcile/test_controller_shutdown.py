@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from controller.reconcile.controller import TRAINJOB, Controller, Settings
-from controller.reconcile.metrics import Metrics
+from trainguard.controller.reconcile.controller import TRAINJOB, Controller, Settings
+from trainguard.controller.reconcile.metrics import Metrics
 
 
 class NoKube:
@@ -72,8 +72,8 @@ async def test_graceful_shutdown_cancels_what_outlives_the_grace_period() -> Non
 
 
 async def test_leading_again_after_a_lost_lease_starts_from_every_object_in_the_caches() -> None:
-    from controller.reconcile.controller import DATASET_CACHE, RUNTIME_SNAPSHOT
-    from webhook.kube.informer import WatchEvent
+    from trainguard.controller.reconcile.controller import DATASET_CACHE, RUNTIME_SNAPSHOT
+    from trainguard.webhook.kube.informer import WatchEvent
 
     seen: list = []
     done = asyncio.Event()
@@ -105,7 +105,7 @@ async def test_leading_again_after_a_lost_lease_starts_from_every_object_in_the_
 
 
 async def test_a_lost_lease_means_campaigning_again_not_exiting() -> None:
-    from controller.reconcile.main import lead
+    from trainguard.controller.reconcile.main import lead
 
     calls: list[str] = []
     stop = asyncio.Event()

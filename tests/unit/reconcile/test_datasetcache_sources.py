@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from controller.cache.daemonset import agent_name
-from controller.reconcile.datasetcache import (
+from trainguard.cache.daemonset import agent_name
+from trainguard.controller.reconcile.datasetcache import (
     REASON_SOURCE_NOT_ALLOWED,
     DatasetCacheReconciler,
     refused_status,
 )
-from webhook.kube.errors import NotFound
+from trainguard.webhook.kube.errors import NotFound
 from tests.unit.reconcile.test_gates import Store  # the same cache stand-in as the gate releaser tests
-from webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=timezone.utc)
 LATER = datetime(2026, 9, 1, 13, 0, tzinfo=timezone.utc)

@@ -1,14 +1,14 @@
-"""Defence in depth (``controller.reconcile.enforcement``) and the runtime snapshot's garbage collection, on the
+"""Defence in depth (``trainguard.controller.reconcile.enforcement``) and the runtime snapshot's garbage collection, on the
 reconcile step with fake caches and a recording fake API (the real build and the real policy pipeline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.reconcile import enforcement
-from controller.reconcile import status as st
-from webhook.policy.verdict import ClusterSnapshot
-from webhook.runtime import build_runtime_snapshot
+from trainguard.controller.reconcile import enforcement
+from trainguard.controller.reconcile import status as st
+from trainguard.webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.runtime import build_runtime_snapshot
 
 from tests.unit.reconcile.test_trainjob import SNAPSHOT, SNAPSHOTS, reconciler, runtime, trainjob
 

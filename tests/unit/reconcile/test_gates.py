@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.reconcile.controller import DATASET_CACHE, Controller, Settings
-from controller.reconcile.gates import (
+from trainguard.controller.reconcile.controller import DATASET_CACHE, Controller, Settings
+from trainguard.controller.reconcile.gates import (
     CACHE_MISSING,
     NOT_REQUESTED,
     REASON_RELEASED,
@@ -21,11 +21,11 @@ from controller.reconcile.gates import (
     gated_pod_view,
     remove_gate_patch,
 )
-from controller.reconcile.metrics import Metrics
-from controller.reconcile.trainjob import ReconcileError
-from webhook.kube.errors import Invalid, NotFound
-from webhook.kube.informer import CacheEvent
-from webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE
+from trainguard.controller.reconcile.metrics import Metrics
+from trainguard.controller.reconcile.trainjob import ReconcileError
+from trainguard.webhook.kube.errors import Invalid, NotFound
+from trainguard.webhook.kube.informer import CacheEvent
+from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE
 
 KUEUE = {"name": "kueue.x-k8s.io/topology"}
 

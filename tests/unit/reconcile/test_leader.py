@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from controller.reconcile.leader import Conflict, ElectionConfig, LeaderElector
+from trainguard.controller.reconcile.leader import Conflict, ElectionConfig, LeaderElector
 
 
 class MemoryLease:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.reconcile import status as st
-from controller.reconcile.multikueue import dispatched_state
+from trainguard.controller.reconcile import status as st
+from trainguard.controller.reconcile.multikueue import dispatched_state
 
 from test_trainjob import reconciler, runtime, trainjob
 

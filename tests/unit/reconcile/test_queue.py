@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller.reconcile.queue import ExponentialBackoff, RateLimiter, ShutDown, TokenBucket, WorkQueue
+from trainguard.controller.reconcile.queue import ExponentialBackoff, RateLimiter, ShutDown, TokenBucket, WorkQueue
 
 
 class FakeClock:

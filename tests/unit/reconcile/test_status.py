@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.reconcile import status as st
+from trainguard.controller.reconcile import status as st
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from controller.reconcile import status as st
-from controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler
-from webhook.kube.errors import AlreadyExists, Conflict, NotFound
-from webhook.policy.verdict import ClusterSnapshot
-from webhook.runtime import build_runtime_snapshot
+from trainguard.controller.reconcile import status as st
+from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler
+from trainguard.webhook.kube.errors import AlreadyExists, Conflict, NotFound
+from trainguard.webhook.policy.verdict import ClusterSnapshot
+from trainguard.webhook.runtime import build_runtime_snapshot
 
 SNAPSHOTS = "trainguard-system"
 SNAPSHOT = "runtime-snapshot-uid-1"

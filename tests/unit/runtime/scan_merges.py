@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from webhook.runtime import merge
+from trainguard.webhook.runtime import merge
 
 
 def scan_upsert(items, new_items, key):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.runtime import BuildError, ExistingObjects, build_objects, effective_job, placeholder_keys
+from trainguard.webhook.runtime import BuildError, ExistingObjects, build_objects, effective_job, placeholder_keys
 
 from .fixtures import LLM_DDP, MPI_RUNTIME, PLAIN_BATCH, TAB_TRAIN, TORCH_RUNTIME, deep, pod, rjob, trainjob
 
@@ -65,7 +65,7 @@ def test_build_is_pure(monkeypatch):
 
 
 class _Model:
-    """Stands in for a webhook.api model: anything with dump() is accepted."""
+    """Stands in for a trainguard.webhook.api model: anything with dump() is accepted."""
 
     def __init__(self, data):
         self._data = data

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from webhook.runtime import build_objects, placeholder_keys
-from webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE, holds_trainers, wire_dataset_cache
+from trainguard.webhook.runtime import build_objects, placeholder_keys
+from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE, holds_trainers, wire_dataset_cache
 
 from .fixtures import LLM_DDP, MPI_RUNTIME, TORCH_RUNTIME, deep, pod, rjob
 

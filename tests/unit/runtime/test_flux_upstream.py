@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.runtime import build_objects, placeholder_keys
+from trainguard.webhook.runtime import build_objects, placeholder_keys
 
 from .fixtures import container, pod, rjob
 

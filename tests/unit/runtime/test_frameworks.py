@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
 
 from .fixtures import container, env_map, pod, rjob, single_job_runtime, trainjob
 

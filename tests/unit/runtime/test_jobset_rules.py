@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import validate_trainjob
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import validate_trainjob
 
 from .fixtures import PLAIN_BATCH, TAB_TRAIN, deep, trainjob
 

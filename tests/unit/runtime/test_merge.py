@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.runtime.merge import (
+from trainguard.webhook.runtime.merge import (
     MergeError,
     merge_resources,
     merge_runtime_patches,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from webhook.runtime import merge
-from webhook.runtime.merge import MergeError, strategic_merge, upsert
+from trainguard.webhook.runtime import merge
+from trainguard.webhook.runtime.merge import MergeError, strategic_merge, upsert
 
 from .scan_merges import scan_keyed_list, scan_upsert
 

@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import BuildError, ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
-from webhook.runtime.keys import PLACEHOLDER_PRIVATE_KEY, PLACEHOLDER_PUBLIC_KEY
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import BuildError, ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
+from trainguard.webhook.runtime.keys import PLACEHOLDER_PRIVATE_KEY, PLACEHOLDER_PUBLIC_KEY
 
 from .fixtures import MPI_RUNTIME, container, deep, env_map, pod, rjob, trainjob
 

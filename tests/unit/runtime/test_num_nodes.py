@@ -14,8 +14,8 @@ import copy
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import build_objects, effective_job, placeholder_keys, validate_trainjob
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import build_objects, effective_job, placeholder_keys, validate_trainjob
 
 from .fixtures import MPI_RUNTIME, container, env_map, single_job_runtime, trainjob
 

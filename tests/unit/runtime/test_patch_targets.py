@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import validate_trainjob
-from webhook.runtime.merge import merge_runtime_patches
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import validate_trainjob
+from trainguard.webhook.runtime.merge import merge_runtime_patches
 
 from .fixtures import PLAIN_BATCH, trainjob
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.runtime import ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
+from trainguard.webhook.runtime import ExistingObjects, build_objects, effective_job, placeholder_keys, validate_trainjob
 
 from .fixtures import PLAIN_BATCH, TAB_TRAIN, container, deep, env_map, pod, rjob, single_job_runtime, trainjob
 

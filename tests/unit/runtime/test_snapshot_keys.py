@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from webhook.runtime import InvalidRuntimeSnapshot, build_runtime_snapshot, generated_keys, placeholder_keys, runtime_from_snapshot
-from webhook.runtime.keys import z85_encode
-from webhook.runtime.snapshot import MAX_SNAPSHOT_BYTES, snapshot_owner
+from trainguard.webhook.runtime import InvalidRuntimeSnapshot, build_runtime_snapshot, generated_keys, placeholder_keys, runtime_from_snapshot
+from trainguard.webhook.runtime.keys import z85_encode
+from trainguard.webhook.runtime.snapshot import MAX_SNAPSHOT_BYTES, snapshot_owner
 
 from .fixtures import LLM_DDP, PLAIN_BATCH, TAB_TRAIN, TORCH_RUNTIME, deep
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.field import aggregate
-from webhook.runtime import BuildError, build_objects, effective_job, placeholder_keys, validate_trainjob
+from trainguard.webhook.field import aggregate
+from trainguard.webhook.runtime import BuildError, build_objects, effective_job, placeholder_keys, validate_trainjob
 
 from .fixtures import LLM_DDP, TORCH_RUNTIME, container, deep, env_map, rjob, single_job_runtime, trainjob
 
