@@ -34,9 +34,9 @@ from trainguard.controller.reconcile.datasetcache import DatasetCacheReconciler
 from trainguard.controller.reconcile.enforcement import blocked_trainjobs
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
-from trainguard.controller.reconcile.kinds import COSCHEDULING_PODGROUPS, DAEMONSETS, PODS, VOLCANO_PODGROUPS, controller_owner
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
 from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
+from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
@@ -44,13 +44,18 @@ from trainguard.webhook.kube.informer import CacheEvent, Informer, object_key, s
 from trainguard.webhook.kube.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     CONFIGMAPS,
+    COSCHEDULING_PODGROUPS,
+    DAEMONSETS,
     DATASET_CACHES,
     JOBSETS,
+    PODS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
+    VOLCANO_PODGROUPS,
 )
 from trainguard.webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL
 from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
 from trainguard.webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
@@ -127,7 +132,7 @@ class Controller:
                           if settings.watch_podgroups else [])
         # TrainJobPolicies and Namespace labels for the Enforce check, through the webhook's own snapshot builders.
         self.policy_view = ClusterCaches(
-            kube, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],
+            kube, ClusterSnapshot, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],
             shared={"training_runtimes": self.training_runtimes,
                     "cluster_training_runtimes": self.cluster_training_runtimes,
                     "dataset_caches": self.dataset_caches, "jobsets": self.jobsets},

@@ -35,12 +35,12 @@ from trainguard.cache.daemonset import (
 )
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import GateReleaser
-from trainguard.controller.reconcile.kinds import DAEMONSETS, controller_owner, resource_for
 from trainguard.controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import NotFound
-from trainguard.webhook.kube.resources import DATASET_CACHES
+from trainguard.webhook.api.apimachinery import controller_owner
+from trainguard.webhook.kube.resources import DAEMONSETS, DATASET_CACHES, resource_for
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, source_errors
 
 Object = dict[str, Any]

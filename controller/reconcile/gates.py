@@ -40,10 +40,10 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
 from trainguard.webhook.kube.informer import strip_managed_fields
+from trainguard.webhook.kube.resources import PODS
 from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL, WARM_GATE, holds_trainers
 
 from trainguard.controller.reconcile.events import EventRecorder
-from trainguard.controller.reconcile.kinds import PODS
 from trainguard.controller.reconcile.trainjob import ReconcileError
 
 log = logging.getLogger(__name__)

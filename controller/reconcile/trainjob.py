@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS
+from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, resource_for
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime import (
     BuildError,
@@ -60,7 +60,6 @@ from trainguard.webhook.runtime.snapshot import snapshot_name, snapshot_owner
 from trainguard.controller.reconcile import enforcement
 from trainguard.controller.reconcile import status as st
 from trainguard.controller.reconcile.events import EventRecorder
-from trainguard.controller.reconcile.kinds import resource_for
 from trainguard.controller.reconcile.multikueue import dispatched_state
 
 log = logging.getLogger(__name__)

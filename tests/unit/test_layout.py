@@ -74,3 +74,12 @@ def test_every_package_folder_is_installed() -> None:
 def test_pure_modules_do_no_network_io(path: Path) -> None:
     bad = [(line, mod) for line, mod in imports_of(path) if mod.split(".")[0] in IO_MODULES or mod in IO_MODULES]
     assert not bad, f"{path.relative_to(REPO)} imports I/O modules {bad}; move that code to webhook/admission or webhook/kube"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "webhook" / "kube").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_kube_sits_below_the_policy_engine(path: Path) -> None:
+    # The I/O layer is the ground floor: the policy engine and the runtime framework read cluster state through it
+    # (a snapshot type they pass in), never the other way round.
+    bad = [(line, mod) for line, mod in imports_of(path)
+           if mod.startswith(("trainguard.webhook.policy", "trainguard.webhook.runtime"))]
+    assert not bad, f"{path.relative_to(REPO)} imports {bad}: webhook/kube must not depend on the policy engine or runtime"

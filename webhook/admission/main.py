@@ -222,7 +222,7 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    caches = ClusterCaches(kube)
+    caches = ClusterCaches(kube, ClusterSnapshot)
     metrics.watch_caches(caches.sync_state)
     runners: list[web.AppRunner] = []
     background: list[asyncio.Task[None]] = []

@@ -37,7 +37,7 @@ handler added late first receives ADDED for everything already cached.
 
 Cluster snapshot for admission (the ``ClusterSnapshot`` fields of ``trainguard.webhook.policy.verdict``)::
 
-    caches = ClusterCaches(kube); caches.start(); await caches.wait_synced()
+    caches = ClusterCaches(kube, ClusterSnapshot); caches.start(); await caches.wait_synced()
     snapshot = caches.snapshot()    # cheap; rebuilt only for caches that changed
     caches.synced, caches.sync_state()   # readiness and metrics
 """

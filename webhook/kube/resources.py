@@ -1,13 +1,32 @@
-"""Resource types: what a REST path is made of, and the ones trainguard reads and writes.
+"""Resource types: what a REST path is made of, the ones trainguard reads and writes, and the registry from an
+object's (apiVersion, kind) to its resource.
 
 A ``Resource`` is the (group, version, plural) triple plus whether it is namespaced; it turns into URL paths.
 Keeping the list here means the webhook caches, the reconciler and the tests spell each type the same way.
+``resource_for(obj)`` is where a built object (the runtime framework returns plain objects) is applied; an unknown
+kind is a programming error in the build, reported with the kind so it is found at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 from urllib.parse import quote
+
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    DATASET_CACHE_KIND,
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSET_VERSION,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+    TRAINGUARD_GROUP,
+    TRAINGUARD_VERSION,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+    TRAINJOB_POLICY_KIND,
+)
 
 
 @dataclass(frozen=True)
@@ -49,15 +68,39 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False
 )
-TRAINJOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
-TRAINING_RUNTIMES = Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime")
+TRAINJOBS = Resource(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", TRAINJOB_KIND)
+TRAINING_RUNTIMES = Resource(TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes", TRAINING_RUNTIME_KIND)
 CLUSTER_TRAINING_RUNTIMES = Resource(
-    "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
+    TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes", CLUSTER_TRAINING_RUNTIME_KIND, namespaced=False
 )
-TRAINJOB_POLICIES = Resource("trainguard.io", "v1alpha1", "trainjobpolicies", "TrainJobPolicy", namespaced=False)
-DATASET_CACHES = Resource("trainguard.io", "v1alpha1", "datasetcaches", "DatasetCache")
-JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+TRAINJOB_POLICIES = Resource(TRAINGUARD_GROUP, TRAINGUARD_VERSION, "trainjobpolicies", TRAINJOB_POLICY_KIND,
+                             namespaced=False)
+DATASET_CACHES = Resource(TRAINGUARD_GROUP, TRAINGUARD_VERSION, "datasetcaches", DATASET_CACHE_KIND)
+JOBSETS = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", JOBSET_KIND)
 # Kueue's queueing objects (optional: Kueue may not be installed); read in their storage version.
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 ADMISSION_CHECKS = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)
+# What the reconciler writes besides the types above: the DatasetCache agents' objects and the gang PodGroups.
+DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
+PODS = Resource("", "v1", "pods", "Pod")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+COSCHEDULING_PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+
+# The kinds a build may return, by (apiVersion, kind).
+_APPLIED: dict[tuple[str, str], Resource] = {
+    (r.api_version, r.kind): r
+    for r in (JOBSETS, CONFIGMAPS, SECRETS, DAEMONSETS, PODS, SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS,
+              COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS)
+}
+
+
+def resource_for(obj: Mapping[str, Any]) -> Resource:
+    key = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    try:
+        return _APPLIED[key]
+    except KeyError:
+        raise ValueError(f"the reconciler does not know where to apply {key[0]} {key[1]}") from None

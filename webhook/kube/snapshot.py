@@ -1,8 +1,12 @@
-"""The admission server's view of the cluster: one informer per type a policy may read, and a ``ClusterSnapshot``.
+"""The admission server's view of the cluster: one informer per type a policy may read, and a snapshot of them.
 
 ``ClusterCaches.snapshot()`` is what a request handler calls: it costs nothing when no cache changed since the last
 call, and otherwise rebuilds only the fields whose informer changed (copying into plain dicts, so the snapshot is
 a real, immutable-by-convention value that stays consistent even if handed to another thread).
+
+The snapshot's type is the caller's (the policy engine's ``ClusterSnapshot``), passed in as ``make``: this I/O
+package sits below the policy engine and never imports it. ``SNAPSHOT_FIELDS`` names the keyword arguments ``make``
+receives; a caller that wants a field shaped differently (parsed, say) replaces that field's ``build``.
 """
 
 from __future__ import annotations
@@ -10,14 +14,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from trainguard.webhook.kube import resources as r
 from trainguard.webhook.kube.informer import Backoff, Informer, ListWatcher, strip_managed_fields
 from trainguard.webhook.kube.resources import Resource
-from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 Object = dict[str, Any]
+Snapshot = TypeVar("Snapshot")
 
 
 def _by_key(inf: Informer) -> Mapping[tuple[str, str], Object]:
@@ -89,9 +93,9 @@ def _controllers_by_admission_check(inf: Informer) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class SnapshotField:
-    """How one ``ClusterSnapshot`` field is fed: from which resource, trimmed how, and shaped how."""
+    """How one snapshot field is fed: from which resource, trimmed how, and shaped how."""
 
-    name: str  # the ClusterSnapshot attribute
+    name: str  # the snapshot's attribute (a keyword argument of ``make``)
     resource: Resource
     build: Callable[[Informer], Any]
     transform: Callable[[Object], Object] = strip_managed_fields
@@ -114,8 +118,8 @@ SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
 )
 
 
-class ClusterCaches:
-    """The informers behind ``ClusterSnapshot``; ``synced`` once every one of them has listed.
+class ClusterCaches(Generic[Snapshot]):
+    """The informers behind a snapshot (``make(**fields)``); ``synced`` once every one of them has listed.
 
     ``shared``: informers the caller already runs for some fields (the controller watches runtimes, DatasetCaches and
     JobSets for its own reasons); they are read, not started or stopped here, so nothing is watched twice.
@@ -124,6 +128,7 @@ class ClusterCaches:
     def __init__(
         self,
         source: ListWatcher,
+        make: Callable[..., Snapshot],
         *,
         fields: Iterable[SnapshotField] = SNAPSHOT_FIELDS,
         backoff: Callable[[], Backoff] = Backoff,
@@ -131,6 +136,7 @@ class ClusterCaches:
         shared: Mapping[str, Informer] | None = None,
     ) -> None:
         self.fields = tuple(fields)
+        self._make = make
         shared = dict(shared or {})
         unknown = set(shared) - {f.name for f in self.fields}
         if unknown:
@@ -147,7 +153,7 @@ class ClusterCaches:
             f.name: shared[f.name] if f.name in shared else self._owned[f.name] for f in self.fields
         }
         self._built: dict[str, tuple[int, Any]] = {}
-        self._snapshot: ClusterSnapshot | None = None
+        self._snapshot: Snapshot | None = None
         self._snapshot_versions: tuple[int, ...] = ()
 
     @property
@@ -173,7 +179,7 @@ class ClusterCaches:
     async def wait_synced(self) -> None:
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
 
-    def snapshot(self) -> ClusterSnapshot:
+    def snapshot(self) -> Snapshot:
         versions = tuple(self.informers[f.name].version for f in self.fields)
         if self._snapshot is not None and versions == self._snapshot_versions:
             return self._snapshot
@@ -185,6 +191,6 @@ class ClusterCaches:
                 cached = (inf.version, f.build(inf))
                 self._built[f.name] = cached
             values[f.name] = cached[1]
-        self._snapshot = ClusterSnapshot(**values)
+        self._snapshot = self._make(**values)
         self._snapshot_versions = versions
         return self._snapshot

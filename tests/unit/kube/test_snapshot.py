@@ -8,6 +8,7 @@ from typing import Any
 from trainguard.webhook.kube import resources as r
 from trainguard.webhook.kube.informer import Backoff
 from trainguard.webhook.kube.snapshot import ClusterCaches
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 from fake_source import FakeSource, ev, obj
 
@@ -47,7 +48,7 @@ def scripted() -> PerResourceSource:
 
 async def test_snapshot_fields_come_from_the_caches() -> None:
     src = scripted()
-    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    caches = ClusterCaches(src, ClusterSnapshot, backoff=lambda: Backoff(jitter=0))
     assert not caches.synced
     caches.start()
     await asyncio.wait_for(caches.wait_synced(), 10)
@@ -79,7 +80,7 @@ async def test_snapshot_is_reused_until_a_cache_changes() -> None:
             yield e
 
     pc.watch = gated_watch  # type: ignore[method-assign]
-    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    caches = ClusterCaches(src, ClusterSnapshot, backoff=lambda: Backoff(jitter=0))
     caches.start()
     await asyncio.wait_for(caches.wait_synced(), 10)
     first = caches.snapshot()
@@ -97,7 +98,7 @@ async def test_snapshot_is_reused_until_a_cache_changes() -> None:
 
 async def test_namespace_cache_keeps_only_labels() -> None:
     src = scripted()
-    caches = ClusterCaches(src, backoff=lambda: Backoff(jitter=0))
+    caches = ClusterCaches(src, ClusterSnapshot, backoff=lambda: Backoff(jitter=0))
     caches.start()
     await asyncio.wait_for(caches.wait_synced(), 10)
     stored = caches.informers["namespace_labels"].get("team-a")
@@ -113,7 +114,7 @@ async def test_kueue_kinds_not_served_are_empty_and_do_not_hold_readiness() -> N
     for res in (r.LOCAL_QUEUES, r.CLUSTER_QUEUES, r.ADMISSION_CHECKS):
         src.of(res).lists.clear()
         src.of(res).lists.extend([NotFound(404, "NotFound", "the server could not find the requested resource")] * 50)
-    caches = ClusterCaches(src, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
+    caches = ClusterCaches(src, ClusterSnapshot, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
     caches.start()
     await asyncio.wait_for(caches.wait_synced(), 10)
     snap = caches.snapshot()
@@ -136,7 +137,7 @@ async def test_kueue_installed_later_is_picked_up() -> None:
     lq.lists.clear()
     lq.lists.extend([NotFound(404, "NotFound", "the server could not find the requested resource"),
                      ([obj("gpu", "12", "team-a", spec={"clusterQueue": "cq"})], "12")])
-    caches = ClusterCaches(src, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
+    caches = ClusterCaches(src, ClusterSnapshot, backoff=lambda: Backoff(initial=0.01, maximum=0.01, jitter=0))
     caches.start()
     await asyncio.wait_for(caches.wait_synced(), 10)
     await asyncio.wait_for(lq.idle.wait(), 10)

@@ -44,7 +44,7 @@ def test_the_controller_does_not_watch_secrets() -> None:
 def test_podgroup_kinds_are_optional_caches() -> None:
     """scheduler-plugins' and Volcano's PodGroup CRDs are optional: an unserved kind is an empty, synced cache that
     keeps looking (no warning per retry), while the kinds the controller needs still report list/watch failures."""
-    from trainguard.controller.reconcile.kinds import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+    from trainguard.webhook.kube.resources import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
     from trainguard.webhook.kube.resources import TRAINJOBS
 
     controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
