@@ -30,14 +30,6 @@ def configure_version(parser: argparse.ArgumentParser) -> Run:
     return run
 
 
-def not_implemented(name: str) -> Run:
-    def run(args: argparse.Namespace) -> int:
-        print(f"trainguard {name}: not implemented yet", file=sys.stderr)
-        return 3
-
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainguard",

@@ -63,10 +63,6 @@ def required(path: str, detail: str = "") -> FieldError:
     return FieldError(path, ErrorType.REQUIRED, detail)
 
 
-def not_found(path: str, value: Any) -> FieldError:
-    return FieldError(path, ErrorType.NOT_FOUND, "", value)
-
-
 def duplicate(path: str, value: Any) -> FieldError:
     return FieldError(path, ErrorType.DUPLICATE, "", value)
 

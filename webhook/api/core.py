@@ -18,7 +18,6 @@ from typing import Any
 
 from trainguard.webhook.api.base import IntOrString, KubeModel, QuantityValue, spec_field
 from trainguard.webhook.api.meta import ObjectMeta
-from trainguard.webhook.api.quantity import ResourceList, parse_resource_list
 
 
 class ObjectFieldSelector(KubeModel):
@@ -77,16 +76,6 @@ class ResourceRequirements(KubeModel):
     requests: dict[str, QuantityValue] | None = spec_field("Minimum resources the scheduler reserves.")
     limits: dict[str, QuantityValue] | None = spec_field("Maximum resources the container may use.")
     claims: list[dict[str, Any]] | None = spec_field("Dynamic resource claims used by the container.")
-
-    def request_quantities(self) -> ResourceList:
-        """Parsed requests. Kubernetes defaults a missing request to its limit, so limits fill the gaps."""
-        out = parse_resource_list(self.limits)
-        out.update(parse_resource_list(self.requests))
-        return out
-
-    def limit_quantities(self) -> ResourceList:
-        return parse_resource_list(self.limits)
-
 
 class ContainerPort(KubeModel):
     """A port a container exposes (list key: ``containerPort`` + ``protocol``)."""
@@ -204,11 +193,6 @@ class PodSpec(KubeModel):
     termination_grace_period_seconds: int | None = spec_field("Grace period for shutdown.")
     subdomain: str | None = spec_field("DNS subdomain of the pod.")
     hostname: str | None = spec_field("Hostname of the pod.")
-
-    def container(self, name: str) -> Container | None:
-        """The main container called ``name`` (``node``, ``launcher``, ...), if present."""
-        return next((c for c in self.containers or [] if c.name == name), None)
-
 
 class PodTemplateSpec(KubeModel):
     """Pod metadata plus spec, as embedded in a Job template."""

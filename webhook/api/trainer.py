@@ -76,13 +76,6 @@ class RuntimeRef(KubeModel):
         crd_default=c.DEFAULT_RUNTIME_REF_KIND, max_length=253,
     )
 
-    def effective_kind(self) -> str:
-        return self.kind or c.DEFAULT_RUNTIME_REF_KIND
-
-    def effective_api_group(self) -> str:
-        return self.api_group or c.DEFAULT_RUNTIME_REF_API_GROUP
-
-
 _STORAGE_URI_RULE = rule(
     "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",
     "storageUri may be empty, or it must be a valid URI (scheme://...)",
@@ -310,13 +303,6 @@ class TrainJobSpec(KubeModel):
         ],
     )
 
-    def effective_managed_by(self) -> str:
-        return self.managed_by or c.DEFAULT_MANAGED_BY
-
-    def is_suspended(self) -> bool:
-        return bool(self.suspend)
-
-
 # ============================================================================================ TrainJob status
 class JobStatus(KubeModel):
     """Job counts of one replicatedJob of the TrainJob's JobSet."""
@@ -362,10 +348,6 @@ class TrainJobStatus(KubeModel):
         "Job counts per replicatedJob.", list_map_keys=["name"], max_items=c.MAX_JOBS_STATUS
     )
     trainer_status: TrainerStatus | None = spec_field("Progress reported by the training code.")
-
-    def condition(self, type_: str) -> Condition | None:
-        return next((cond for cond in self.conditions or [] if cond.type == type_), None)
-
 
 class TrainJob(KubeModel):
     """A training job: a runtime reference plus job-specific overrides (trainer.kubeflow.org/v1alpha1)."""
@@ -471,17 +453,6 @@ class MLPolicy(KubeModel):
     xgboost: XGBoostMLPolicySource | None = spec_field("XGBoost distributed.")
     flux: FluxMLPolicySource | None = spec_field("Flux Framework.")
 
-    def framework(self) -> str:
-        """``torch``, ``mpi``, ``jax``, ``xgboost``, ``flux`` or ``plain`` (no source = plain ML)."""
-        for name in ("torch", "mpi", "jax", "xgboost", "flux"):
-            if getattr(self, name) is not None:
-                return name
-        return "plain"
-
-    def effective_num_nodes(self) -> int:
-        return self.num_nodes if self.num_nodes is not None else c.DEFAULT_NUM_NODES
-
-
 class CoschedulingPodGroupPolicySource(KubeModel):
     """Gang scheduling with the scheduler-plugins coscheduling plugin (a PodGroup per TrainJob)."""
 
@@ -572,13 +543,3 @@ class ClusterTrainingRuntime(KubeModel):
     kind: str | None = spec_field("ClusterTrainingRuntime")
     metadata: ObjectMeta | None = spec_field("Object metadata.")
     spec: TrainingRuntimeSpec | None = spec_field("The runtime blueprint.")
-
-
-AnyRuntime = TrainingRuntime | ClusterTrainingRuntime
-
-
-def parse_runtime(obj: dict[str, Any]) -> AnyRuntime:
-    """Parse a runtime by its ``kind`` (both kinds share the spec type)."""
-    if obj.get("kind") == c.CLUSTER_TRAINING_RUNTIME_KIND:
-        return ClusterTrainingRuntime.parse(obj)
-    return TrainingRuntime.parse(obj)
