@@ -1,6 +1,7 @@
 """TrainJob status from the TrainJob and its JobSet: a pure function of (trainjob, jobset, now).
 
-Matches Kubeflow Trainer v2.3 (reference §3.9 steps 2-7) with one deliberate fix:
+Matches the status half of Kubeflow Trainer v2.3's ``TrainJobReconciler.Reconcile``
+(``pkg/controller/trainjob_controller.go``) with one deliberate fix:
 
 * ``Suspended`` mirrors ``spec.suspend``: True/Suspended/"TrainJob is suspended"; after a suspension,
   False/Resumed/"TrainJob is resumed"; a never-suspended job has no such condition.
@@ -15,7 +16,7 @@ Matches Kubeflow Trainer v2.3 (reference §3.9 steps 2-7) with one deliberate fi
   job keeps its conditions and nothing is rebuilt for it. For jobs whose JobSet still exists the result is the
   same as upstream's (the Failed condition is copied back unchanged).
 
-Beyond upstream (users ask for a Running state, reference §8.1), ``job_state`` condenses the status into the
+Beyond upstream (no Running state; users ask for one, #2713), ``job_state`` condenses the status into the
 vocabulary of the ``kubeflow`` SDK: Created, Running, Suspended, Complete, Failed. It is published as the label
 ``trainguard.io/state`` on the TrainJob, NOT as a condition: SDK 0.5 ``TrainerClient.get_job()``
 (``kubeflow/trainer/backends/kubernetes/backend.py``) infers "Running" from pods only when

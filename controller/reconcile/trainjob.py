@@ -1,4 +1,5 @@
-"""The TrainJob reconciler: one key in, the cluster brought in line with it (reference §3.9).
+"""The TrainJob reconciler: one key in, the cluster brought in line with it (upstream's
+``TrainJobReconciler.Reconcile`` in ``pkg/controller/trainjob_controller.go``, with the differences below).
 
 Per reconcile, reading only from the watch caches except where a write must be exact:
 

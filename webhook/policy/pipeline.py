@@ -15,10 +15,10 @@ rule runs, mutating webhook included.
   UPDATE only: an update that drops the ``trainguard.io/policy`` runtimePatch gets the old entry back, unchanged
      (``kubectl apply`` of the user's own manifest replaces the whole runtimePatches list, which would silently
      undo the policy decision on a suspended job and be refused as a patch change on a running one);
-  2. §2.4 runtimePatch time stamping (``timestamps``), last, so the policy's patch is stamped like any other.
+  2. upstream's runtimePatch time stamps (``timestamps``), last, so the policy's patch is stamped like any other.
 ``validate_trainjob`` (validating webhook):
-  1. §2.5 runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
-  2. the runtime framework's plugin validations (§2.5 item 4+), on the merged view;
+  1. upstream's runtime lookup: unsupported kind, missing runtime (``spec.RuntimeRef`` quirk kept), deprecation warning;
+  2. the runtime plugins' validations (upstream's CustomValidation plugins), on the merged view;
   3. trainguard: the DatasetCache reference; no pod running as a cache agent's ServiceAccount
      (``agent_identity``; on UPDATE only what the update introduces); the policies' findings (``enforcement``),
      each a denial under ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container,
@@ -28,7 +28,8 @@ rule runs, mutating webhook included.
   Upstream errors come first in the message; trainguard's follow.
 ``enforce_trainjob`` (the controller's defence-in-depth check): the CREATE findings of Enforce policies for a
   TrainJob as it stands, against the runtime the controller builds from.
-``validate_training_runtime`` / ``validate_cluster_training_runtime``: §2.6 plus stricter checks
+``validate_training_runtime`` / ``validate_cluster_training_runtime``: upstream's
+  ``validateReplicatedJobs`` plus stricter checks
   (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream) and ``agent_identity``.
 ``validate_trainjob_policy`` (``policy_rules``) and ``validate_dataset_cache`` (``dataset_cache``).
 
@@ -139,7 +140,7 @@ def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, An
 
 @checked("TrainJob")
 def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """Upstream's TrainJob validation (§2.5), then trainguard's DatasetCache, limit and topology checks."""
+    """Upstream's ``TrainJobValidator``, then trainguard's DatasetCache, limit and topology checks."""
     if not _admits(review):
         return Verdict.allow()
     obj, old, namespace = review.obj, review.old_obj, _namespace(review)

@@ -1,4 +1,5 @@
-"""Resolving a TrainJob's ``spec.runtimeRef`` against the cluster snapshot (§2.5 items 1-3).
+"""Resolving a TrainJob's ``spec.runtimeRef`` against the cluster snapshot, as upstream's
+``TrainJobValidator`` does first: the runtime kind, the runtime itself, its deprecation label.
 
 Upstream's messages are kept verbatim, including the capitalised ``spec.RuntimeRef`` path used for a missing
 ClusterTrainingRuntime (a quirk of upstream's code that users and tests already match on) and the NotFound text

@@ -1,4 +1,5 @@
-"""Validation of TrainingRuntime and ClusterTrainingRuntime objects (§2.6) plus trainguard's stricter checks.
+"""Validation of TrainingRuntime and ClusterTrainingRuntime objects (upstream's
+``pkg/webhooks/trainingruntime_webhook.go``) plus trainguard's stricter checks.
 
 Upstream parity (same paths and messages):
 
@@ -72,7 +73,7 @@ def containers_as_go_writes_them(rjob: Object) -> list[Any]:
 
 
 def upstream_replicated_job_errors(runtime: Object) -> list[FieldError]:
-    """§2.6 ``validateReplicatedJobs``: replicas and required container for ancestor-labelled jobs."""
+    """Upstream's ``validateReplicatedJobs``: replicas and required container for ancestor-labelled jobs."""
     errors: list[FieldError] = []
     for i, rjob in enumerate(replicated_jobs(runtime)):
         step = ancestor(rjob)

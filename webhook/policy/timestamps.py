@@ -1,4 +1,5 @@
-"""Stamping ``spec.runtimePatches[].time``: the only thing upstream's TrainJob mutating webhook does (§2.4).
+"""Stamping ``spec.runtimePatches[].time``: the only thing upstream's TrainJob mutating webhook
+(``TrainJobDefaulter`` in ``pkg/webhooks/trainjob_webhook.go``) does.
 
 A patch's time tells Kueue and people when its content last changed, so it must move only when the content moves:
 

@@ -1,6 +1,6 @@
 """The runtime framework: TrainJob + runtime -> effective job -> the objects the reconciler applies.
 
-This is trainguard's re-implementation of Kubeflow Trainer v2.3's runtime framework (reference §3). The mutating
+This is trainguard's re-implementation of Kubeflow Trainer v2.3's runtime framework (``pkg/runtime``). The mutating
 webhook and the reconciler both call it, so the job a policy reasons about is exactly the job that gets built.
 Everything here is pure: inputs are JSON dicts (or ``trainguard.webhook.api`` models, which are dumped to dicts at the door),
 outputs are new dicts; nothing reads the network, the clock or globals. Randomness (MPI SSH keys, Flux CURVE
@@ -26,7 +26,8 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
 
     validate_trainjob(trainjob, old_trainjob, runtime, jobset_obj, *, priority_classes=None)
             -> tuple[list[FieldError], list[str]]
-        Reference §2.5 from item 4 on: initializer checks, runtimePatches checks (domain-prefixed manager,
+        Upstream's CustomValidation plugins (run after the runtime lookup):
+        initializer checks, runtimePatches checks (domain-prefixed manager,
         targets exist, no env on reserved containers, update only while suspended, not while a replicated job
         is active), Torch (+torchtune), MPI, XGBoost, Flux, Volcano. ``old_trainjob`` is None on CREATE;
         ``jobset`` is the live JobSet or None; ``priority_classes`` is the set of PriorityClass names

@@ -1,7 +1,8 @@
 """``build_objects``: every object the reconciler server-side-applies for one TrainJob, in apply order.
 
 Pure: what already exists in the cluster comes in as ``ExistingObjects`` and key material through a
-``KeySource``. Skip rules (reference §3.3, §3.8): a running JobSet (it exists, and neither it nor the TrainJob
+``KeySource``. Skip rules (upstream's JobSet and pod-group builders):
+a running JobSet (it exists, and neither it nor the TrainJob
 is suspended) is never re-applied, and an existing PodGroup is frozen unless the TrainJob is suspended; Secrets
 holding keys are created once. Building twice from the same inputs gives the same objects.
 
@@ -73,7 +74,7 @@ def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache:
     got = (cache.get("metadata") or {}).get("name")
     if got != wanted:
         raise BuildError(f"DatasetCache {got!r} was provided but annotation {DATASET_CACHE_ANNOTATION} names {wanted!r}")
-    # Imported here: the cache engineer owns the module, and only cache-wired jobs need it.
+    # Imported here: only jobs that name a DatasetCache need the wiring code, so other builds never load it.
     from trainguard.webhook.runtime.dataset_cache import DatasetCacheWiringError, wire_dataset_cache
 
     try:

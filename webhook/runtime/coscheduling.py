@@ -1,4 +1,4 @@
-"""Coscheduling pod-group policy (reference §3.8): one scheduler-plugins PodGroup gating every pod of the job.
+"""Coscheduling (upstream's ``plugins/coscheduling``): one scheduler-plugins PodGroup gating every pod of the job.
 
 ``minMember`` counts every pod (initializers included), ``minResources`` is Σ per-pod requests × count. The
 PodGroup is frozen once created unless the TrainJob is suspended (same skip rule as the JobSet).

@@ -1,6 +1,6 @@
 """The job under construction: one TrainJob + runtime pair while the pipeline refines it.
 
-``prepare`` does what every consumer needs before any policy runs (reference §3.2 step 2): runtime template
+``prepare`` does what every consumer needs before any policy runs (upstream's ``newRuntimeInfo``): runtime template
 ⊕ runtimePatches ⊕ ``resourcesPerNode``, template metadata ⊕ patch metadata, and the initial pod counts.
 Validation reads the prepared draft (upstream validates "without running enforce plugins"); ``effective_job``
 goes on to enforce policies on it. A ``Draft`` owns deep copies of everything, so policies may edit it in place
@@ -188,7 +188,8 @@ def _merge_resources_per_node(draft: Draft) -> None:
 
 
 def _initial_counts(draft: Draft) -> None:
-    """Reference §3.2: trainer ancestor -> mlPolicy.numNodes ?? 1 (when a mlPolicy exists); others -> parallelism ?? 1."""
+    """As upstream's ``newRuntimeInfo``: trainer ancestor -> mlPolicy.numNodes ?? 1 (when a mlPolicy exists);
+    others -> parallelism ?? 1."""
     has_ml_policy = (draft.runtime.get("spec") or {}).get("mlPolicy") is not None
     for rj in draft.jobs():
         if ancestor_of(rj) == ANCESTOR_TRAINER and has_ml_policy:

@@ -1,6 +1,7 @@
 """The effective job: exactly what the reconciler will build, for the policy engine to reason about.
 
-Pipeline (reference §3.2-3.3; each step a function of the module that owns the concept):
+Pipeline (upstream's ``TrainingRuntime.NewObjects``: runtime info, ML and pod-group plugins, builders;
+each step a function of the module that owns the concept):
 
 1. ``draft.prepare``: runtime template ⊕ runtimePatches ⊕ ``resourcesPerNode``; metadata; initial counts.
 2. ``jobset.apply_trainer``: image/command/args/env of ``spec.trainer`` into the ``node`` container.

@@ -1,4 +1,4 @@
-"""Flux ML policy (reference §2.5 Flux, §3.6): run the trainer inside a Flux instance spanning the node pods.
+"""Flux ML policy (upstream's ``plugins/flux``): run the trainer inside a Flux instance spanning the node pods.
 
 An init container copies a Flux install (the "flux view" image) into a shared emptyDir; the ``node`` container
 is rewritten to ``/bin/bash /etc/flux-config/entrypoint.sh "<command and the TrainJob's args>"`` (the runtime's own

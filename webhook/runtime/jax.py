@@ -1,4 +1,4 @@
-"""JAX ML policy (reference §3.6): JAX distributed-initialisation env on the trainer's ``node`` container.
+"""JAX ML policy (upstream's ``plugins/jax``): JAX distributed-initialisation env on the trainer's ``node`` container.
 
 Like Torch, nothing is injected when the TrainJob has no ``spec.trainer`` (upstream quirk kept for parity).
 """

@@ -1,4 +1,4 @@
-"""The JobSet plugin (reference §2.5 JobSet, §3.3): initializer and runtimePatches rules, and JobSet assembly.
+"""The JobSet plugin (upstream's ``plugins/jobset``): initializer and runtimePatches rules, and JobSet assembly.
 
 Validation here is about the runtime's shape and the patches: a TrainJob asking for a dataset/model
 initializer needs the runtime jobs to receive it; a patch may only touch jobs and containers the runtime has,

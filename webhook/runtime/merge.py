@@ -1,6 +1,7 @@
 """Strategic merge for the JobSet spec and PodSpec subset, and the three layers of the effective job.
 
-A runtime template is refined in three layers, in this order (reference §1.3, §3.2, §3.3):
+A runtime template is refined in three layers, in this order (upstream's ``mergeRuntimePatches``
+and ``newRuntimeInfo`` in ``pkg/runtime/core/trainingruntime.go``, then the JobSet builder):
 
 1. ``runtimePatches`` in list order, each a JSON strategic-merge patch of the JobSet spec (later wins; the
    original replicatedJobs order is restored afterwards so a patch cannot reorder jobs);

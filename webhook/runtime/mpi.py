@@ -1,4 +1,4 @@
-"""MPI ML policy, OpenMPI only (reference §2.5 MPI, §3.5): SSH Secret, hostfile, OMPI_* env, runLauncherAsNode.
+"""MPI ML policy, OpenMPI only (upstream's ``plugins/mpi``): SSH Secret, hostfile, OMPI_* env, runLauncherAsNode.
 
 Pods of the jobs ``launcher`` and ``node`` share one SSH identity from Secret ``<job>-mpi-ssh-auth``; the
 launcher's ``node`` container reads ``/etc/mpi/hostfile`` (ConfigMap ``<job>-mpi-hostfile``) listing every worker

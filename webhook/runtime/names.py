@@ -1,4 +1,4 @@
-"""Reserved names of the trainer.kubeflow.org runtime contract (reference §1.2, §3).
+"""Reserved names of the trainer.kubeflow.org runtime contract (upstream's ``pkg/constants``).
 
 They are part of the wire contract with the SDK, Kueue and the training images, so they are spelled exactly as
 upstream spells them; one place, so a typo cannot make two modules disagree.

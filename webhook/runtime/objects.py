@@ -1,7 +1,8 @@
 """Object skeletons shared by every builder: identity, namespace and the single controller ownerReference.
 
 Every child object carries exactly one ownerReference to its TrainJob with ``controller`` and
-``blockOwnerDeletion`` set (reference §0), so garbage collection removes it with the TrainJob and watches can
+``blockOwnerDeletion`` set (as every upstream plugin's ``Build`` sets it),
+so garbage collection removes it with the TrainJob and watches can
 map it back to its owner.
 """
 

@@ -1,4 +1,4 @@
-"""PlainML policy (reference §3.6): no framework environment; ``trainer.numNodes`` sizes the trainer job.
+"""PlainML policy (``plugins/plainml``): no framework environment; ``trainer.numNodes`` sizes the trainer job.
 
 Upstream runs PlainML whenever the policy is not torch/mpi/jax, i.e. also under xgboost and flux, which is why
 those modules call ``enforce`` here first. The trainer's env is upserted by the trainer layer (``effective``).

@@ -1,4 +1,4 @@
-"""The runtime snapshot (v2.3, reference §3.2 step 1): a TrainJob keeps the runtime it started with.
+"""The runtime snapshot (v2.3, ``pkg/runtime/core/snapshot.go``): a TrainJob keeps the runtime it started with.
 
 On first reconcile the reconciler stores the whole runtime object in a ConfigMap; later reconciles read the runtime
 back from it, so editing or deleting the runtime never changes a running job.

@@ -1,4 +1,4 @@
-"""Torch ML policy (reference §2.5 Torch, §3.4): torchrun's PET_* environment, port 29500, envInjection.
+"""Torch ML policy (upstream's ``plugins/torch/torch.go``): torchrun's PET_* environment, port 29500, envInjection.
 
 Process count (``PET_NPROC_PER_NODE``): ``trainer.numProcPerNode`` when set; otherwise ``auto``, which stays
 literal when the node has GPUs (torchrun resolves it) and becomes the CPU count when it has none. The GPU and CPU

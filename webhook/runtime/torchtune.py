@@ -1,4 +1,5 @@
-"""Torchtune specialisation of the Torch policy (reference §3.7): active when ``trainer.command == ["tune","run"]``.
+"""Torchtune specialisation of the Torch policy (upstream's
+``plugins/torch/torchtune.go``): active when ``trainer.command == ["tune","run"]``.
 
 The runtime name encodes the model (``torchtune-llama3.2-1b`` -> ``llama3_2/1B``); the recipe and config file
 follow from node count, processes per node, GPUs and the LoRA/QLoRA arguments; the runtime's own command

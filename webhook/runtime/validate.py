@@ -1,4 +1,5 @@
-"""``validate_trainjob``: the TrainJob rules that belong to the runtime plugins (reference §2.5 from item 4 on).
+"""``validate_trainjob``: the TrainJob rules that belong to the runtime plugins (upstream's
+CustomValidation plugins, which ``TrainJobValidator`` runs after the runtime lookup).
 
 Runs on the prepared draft (template ⊕ patches ⊕ resourcesPerNode, no policy enforced), like upstream's
 ``ValidateObjects``; every plugin's errors are collected, none short-circuits another. Deliberate difference: a

@@ -1,4 +1,4 @@
-"""Volcano pod-group policy (reference §2.5 Volcano, §3.8): a Volcano PodGroup with queue, priority and network topology.
+"""Volcano pod-group policy (``plugins/volcano``): a Volcano PodGroup with queue, priority and network topology.
 
 Queue comes from the JobSet annotation ``scheduling.volcano.sh/queue-name`` (runtime template metadata or a
 runtimePatch); priorityClassName from the last pod template that sets one. PriorityClass existence is checked

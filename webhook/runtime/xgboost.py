@@ -1,4 +1,4 @@
-"""XGBoost ML policy (reference §2.5, §3.6): DMLC tracker env; the reserved DMLC_* names are the policy's.
+"""XGBoost ML policy (upstream's ``plugins/xgboost``): DMLC tracker env; the reserved DMLC_* names are the policy's.
 
 Workers per node are the node's GPUs (one worker per GPU) or 1, read from the merged node container.
 """
