@@ -73,7 +73,7 @@ def test_kubectl_apply_sees_the_mutation(cluster, namespace, admission, runtime)
     assert proc.returncode == 0, proc.stderr
     stored = json.loads(cluster.kubectl("get", "trainjob", "mutated", "-n", namespace, "-o", "json").stdout)
     stamped = stored["spec"]["runtimePatches"][0]["time"]
-    assert stamped.endswith("Z")  # runtimePatches[].time stamped by the mutating webhook (upstream §2.4)
+    assert stamped.endswith("Z")  # runtimePatches[].time stamped by the mutating webhook (as upstream)
     # Re-applying the same manifest keeps the stamp: the mutation is idempotent across UPDATEs.
     again = apply_until_cached(cluster, trainjob("mutated", namespace, runtime))
     assert again.returncode == 0, again.stderr

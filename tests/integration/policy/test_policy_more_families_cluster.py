@@ -1,9 +1,9 @@
 """Upstream-parity families the other policy integration tests do not reach, through ``kubectl apply``:
 
 * runtimePatch change refused while the live JobSet (read from the webhook's JobSet cache) has an active
-  ReplicatedJob (§2.5, "RuntimePatches cannot be modified when the JobSet's ReplicatedJob <name> is still active");
+  ReplicatedJob (upstream, "RuntimePatches cannot be modified when the JobSet's ReplicatedJob <name> is still active");
 * Volcano: empty queue-name annotation; priorityClassName missing vs ``system-*`` (short-circuits) vs existing;
-* torchtune (``trainer.command == ["tune", "run"]``) rules on model, numNodes, LoRA and immutable args (§3.7);
+* torchtune (``trainer.command == ["tune", "run"]``) rules on model, numNodes, LoRA and immutable args (torchtune.go);
 * Torch envInjection targets that the runtime does not have;
 * a runtimeRef kind/group no runtime implements ("unsupported runtime: <key>", a bare 403, not a field error).
 """

@@ -25,7 +25,7 @@ LEVELS = [{"nodeLabel": "kubernetes.io/hostname", "gpusPerDomain": 8},
 
 
 def torch_distributed(name: str, namespace: str) -> dict:
-    """Reference §4.1's torch-distributed (``mlPolicy: {numNodes: 1, torch: {}}``), under a unique name."""
+    """Upstream's torch-distributed (``mlPolicy: {numNodes: 1, torch: {}}``), under a unique name."""
     return runtime(name, namespace, ml_policy={"numNodes": 1, "torch": {}},
                    jobs=[rjob("node", ancestor="trainer", image="pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime")])
 

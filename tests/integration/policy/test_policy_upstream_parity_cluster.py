@@ -1,4 +1,4 @@
-"""Family 1: upstream parity (reference §2.4-2.6) through ``kubectl apply`` against the real apiserver.
+"""Family 1: upstream parity (TrainJob and runtime webhooks) through ``kubectl apply`` against the real apiserver.
 
 Each case applies a runtime (admitted) and then a TrainJob, or a runtime alone, and asserts the outcome as the user
 sees it: admitted (with the warnings kubectl prints), a 403 ``admission webhook "..." denied the request: ...``
@@ -56,7 +56,7 @@ def deny(*parts: str, warnings: tuple[str, ...] = ()) -> Denied:
 
 
 JOB_CASES = [
-    # §2.5 item 2: missing runtimes, with upstream's capitalised spec.RuntimeRef quirk for the cluster kind.
+    # the runtime lookup: missing runtimes, with upstream's capitalised spec.RuntimeRef quirk for the cluster kind.
     JobCase("missing-trainingruntime", deny(
         "spec.runtimeRef: Invalid value: ",
         'TrainingRuntime.trainer.kubeflow.org "{rt}" not found: specified trainingRuntime must be created before '
@@ -67,7 +67,7 @@ JOB_CASES = [
         'ClusterTrainingRuntime.trainer.kubeflow.org "{rt}" not found: specified clusterTrainingRuntime must be '
         "created before the TrainJob is created"), create_runtime=False),
     JobCase("existing-trainingruntime", Admitted(), runtime={"kind": "TrainingRuntime"}, job={"kind": "TrainingRuntime"}),
-    # §2.5 item 3: deprecated runtime -> warning on the TrainJob (and on the runtime's own create, §2.6).
+    # a deprecated runtime (trainer.kubeflow.org/support=deprecated) -> warning on the TrainJob and on its own create.
     JobCase("deprecated-runtime-warns", Admitted((
         'Referenced ClusterTrainingRuntime "{rt}" is deprecated and will be removed in a future release of Kubeflow '
         "Trainer. See runtime deprecation policy: https://trainer.kubeflow.org/en/latest/operator-guides/"
@@ -168,7 +168,7 @@ def test_trainjob_rule(kube: Kube, namespace: str, case: JobCase) -> None:
     check(proc, _filled(case.expected, rt))
 
 
-# --- §2.4 time stamping, and patch changes only while suspended --------------------------------------------------
+# --- runtimePatches[].time stamping, and patch changes only while suspended --------------------------------------
 
 
 def _patches(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -222,7 +222,7 @@ def test_runtime_patch_change_only_while_suspended(kube: Kube, namespace: str) -
     check(kube.apply(job, wait_cache=False), Invalid(("spec.runtimeRef: Invalid value: ", "field is immutable")))
 
 
-# --- §2.6 runtime webhooks and trainguard's stricter runtime checks ----------------------------------------------
+# --- upstream's runtime webhooks and trainguard's stricter runtime checks ----------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""§2.6 runtime webhooks and trainguard's stricter runtime checks: one rejected and one accepted case per rule."""
+"""Upstream's runtime webhooks and trainguard's stricter runtime checks: one rejected and one accepted case per rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§2.4: runtimePatches[].time stamping, one case per branch of upstream's defaulter."""
+"""runtimePatches[].time stamping, one case per branch of upstream's defaulter (TrainJobDefaulter.Default)."""
 
 from __future__ import annotations
 

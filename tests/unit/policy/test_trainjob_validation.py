@@ -1,5 +1,6 @@
-"""The validating pipeline for TrainJobs: §2.5 lookup, plugin rules (via trainguard.webhook.runtime), DatasetCache reference,
-policy limits and topology fit (Enforce denies, Audit warns). One rejected and one accepted case per rule."""
+"""The validating pipeline for TrainJobs: upstream's runtime lookup, plugin rules (via trainguard.webhook.runtime),
+DatasetCache reference, policy limits and topology fit (Enforce denies, Audit warns).
+One rejected and one accepted case per rule."""
 
 from __future__ import annotations
 

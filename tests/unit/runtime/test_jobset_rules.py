@@ -1,4 +1,4 @@
-"""JobSet plugin rules (reference §2.5): initializers, runtimePatches targets/manager/env, update rules."""
+"""JobSet plugin rules (upstream's plugins/jobset): initializers, runtimePatches targets/manager/env, update rules."""
 
 from __future__ import annotations
 
