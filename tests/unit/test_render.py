@@ -1,4 +1,4 @@
-"""``trainguard render`` on the reference's worked examples (examples/), plus its exit statuses."""
+"""``trainguard render`` on the worked examples (examples/), plus its exit statuses."""
 
 from __future__ import annotations
 

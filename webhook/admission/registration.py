@@ -4,7 +4,7 @@
 trainguard.webhook.admission.registration --service NAME --namespace NS``), the integration tests register it by URL, and the
 certificate rotator injects the CA bundle into the objects it names.
 
-Choices (see the reference's anchors, section 2): sideEffects None (admission is pure; dry-run is safe);
+Choices (upstream's ``manifests/base/webhook`` where it has one): sideEffects None (admission is pure; dry-run is safe);
 admissionReviewVersions [v1]; timeoutSeconds 5 by default (a small timeout, well inside the apiserver's budget);
 failurePolicy Fail by default (Kubeflow Trainer's own choice); the namespaceSelector skips kube-system,
 kube-node-lease and trainguard's own namespace (no self-admission deadlock); reinvocationPolicy IfNeeded on the

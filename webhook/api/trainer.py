@@ -38,7 +38,8 @@ from trainguard.webhook.api.core import (
 from trainguard.webhook.api.jobset import JobSetSpec
 from trainguard.webhook.api.meta import Condition, ObjectMeta, TemplateMeta
 
-# Object-level rules every trainer.kubeflow.org object of kind TrainJob carries (reference 1.1). Names become
+# Object-level rules every trainer.kubeflow.org object of kind TrainJob carries (upstream's XValidation rules in
+# ``trainjob_types.go``). Names become
 # JobSet, Service and pod-hostname prefixes, hence the DNS-1035 label format.
 NAME_RULES = [
     rule("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",

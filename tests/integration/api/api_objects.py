@@ -1,4 +1,4 @@
-"""Objects for the API integration tests: valid baselines, the reference's example runtimes, API helpers."""
+"""Objects for the API integration tests: valid baselines, example runtimes shaped like upstream's, API helpers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Objects from the official SDK and the reference's examples are accepted and read back without loss.
+"""Objects from the official SDK and the worked examples are accepted and read back without loss.
 
 "Without loss" twice over: everything the client sent is in what the API server returns (only defaults and
 metadata are added), and our models parse that answer and dump it back unchanged.
@@ -154,9 +154,9 @@ def test_trainer_client_request_bodies(cluster, namespace, case_id, body):
     assert TrainJob.parse(got).spec.runtime_ref.kind == "ClusterTrainingRuntime"  # the CRD's default, stored
 
 
-# --- reference examples ------------------------------------------------------------------------------------
-EXAMPLES = [("4.1-torch-distributed", TORCH_DISTRIBUTED), ("4.1-llm-ddp", LLM_DDP),
-            ("4.3-plain-batch", PLAIN_BATCH), ("4.3-tab-train", TAB_TRAIN), ("deepspeed-mpi", DEEPSPEED)]
+# --- worked examples ------------------------------------------------------------------------------------------
+EXAMPLES = [("torch-distributed", TORCH_DISTRIBUTED), ("llm-ddp", LLM_DDP),
+            ("plain-batch", PLAIN_BATCH), ("tab-train", TAB_TRAIN), ("deepspeed-mpi", DEEPSPEED)]
 
 
 @pytest.mark.parametrize("case_id, obj", EXAMPLES, ids=[c[0] for c in EXAMPLES])

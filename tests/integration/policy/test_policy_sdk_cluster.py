@@ -3,8 +3,8 @@ TrainJob through the registered webhook; the stored object carries the policy's 
 back; a policy denial surfaces through the SDK as the apiserver's 403.
 
 The SDK's Kubernetes backend reads the runtime (``trainer.kubeflow.org/framework`` label, a replicatedJob with the
-ancestor label and a ``node`` container with an image), so the test creates a ClusterTrainingRuntime shaped like the
-reference's ``torch-distributed``. ``verify_backend`` only logs when the ``kubeflow-trainer-public`` ConfigMap is
+ancestor label and a ``node`` container with an image), so the test creates a ClusterTrainingRuntime shaped like
+upstream's ``torch-distributed``. ``verify_backend`` only logs when the ``kubeflow-trainer-public`` ConfigMap is
 absent (no Trainer control plane here), and ``get_job`` lists pods (none: no controllers run), so status is
 "Created" with no steps.
 """

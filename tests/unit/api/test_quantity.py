@@ -69,7 +69,7 @@ def test_equality_is_by_amount():
 
 
 def test_sum_and_scale_are_exact():
-    # PodGroup minResources of reference 4.3: 1 initializer (cpu 1) + 3 nodes (cpu 4, memory 8Gi).
+    # A coscheduling PodGroup's minResources: 1 initializer (cpu 1) + 3 nodes (cpu 4, memory 8Gi).
     initializer = parse_resource_list({"cpu": "1"})
     node = parse_resource_list({"cpu": "4", "memory": "8Gi"})
     total = sum_resources([initializer, scale_resources(node, 3)])

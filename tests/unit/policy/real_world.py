@@ -1,7 +1,7 @@
-"""A small real cluster for fuzzing the pipeline: the examples, the reference runtimes and a DatasetCache.
+"""A small real cluster for fuzzing the pipeline: the examples, the runtime tests' runtimes and a DatasetCache.
 
 Everything here is what a cluster would hold: the shipped examples (``examples/*.yaml``: the torch runtime, the
-namespaced plain-batch runtime, the GPU policy and its team namespace, two TrainJobs), the reference runtimes of
+namespaced plain-batch runtime, the GPU policy and its team namespace, two TrainJobs), the runtimes of
 the runtime-framework tests (MPI, plus one single-job runtime per remaining ML policy), an Audit-mode KAI policy
 beside the Enforce one, and a DatasetCache a TrainJob opts into. ``mutations`` turns one of these objects into a
 hostile variant the way a user's client could send it: wrong JSON types, over-limit lists and strings, malformed

@@ -1,4 +1,4 @@
-"""Runtime and TrainJob builders for the runtime-framework tests (the reference's worked examples as dicts)."""
+"""Runtime and TrainJob builders for the runtime-framework tests (worked runtimes and TrainJobs as dicts)."""
 
 from __future__ import annotations
 
