@@ -11,6 +11,16 @@
 # outside the repo. One cluster per state directory: a second `up` is an error, not a second cluster. The apiserver
 # serves real TLS, authorizes with RBAC, signs service-account tokens, and trusts an admin client certificate
 # (O=system:masters) written into the kubeconfig. Extra kube-apiserver flags: $TRAINGUARD_APISERVER_FLAGS.
+#
+# For a real node (hack/node.sh), two settings; unset, everything above stays as it is:
+#   CLUSTER_ADVERTISE_ADDRESS=IP  the apiserver listens and advertises on IP (an address on a local interface that
+#                                 pods can reach) instead of 127.0.0.1: its certificate carries IP and the
+#                                 `kubernetes` Service ClusterIP (10.0.0.1), the kubeconfig names IP, and the
+#                                 `kubernetes` Endpoints are kept (lease reconciler) so kube-proxy can route to it
+#   CLUSTER_NODE=1                kubelets may join: Node authorization before RBAC, a client certificate for the
+#                                 apiserver's calls to kubelets (logs, exec; the kubelet's self-signed serving
+#                                 certificate is not verified), webhook Services dialled at their endpoint IPs
+#                                 (--enable-aggregator-routing, no kube-proxy needed on the apiserver's path)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,6 +33,11 @@ state=${TRAINGUARD_CLUSTER_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/trainguard
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { printf 'cluster: error: %s\n' "$*" >&2; exit 1; }
 
+advertise=${CLUSTER_ADVERTISE_ADDRESS:-}
+node_mode=${CLUSTER_NODE:-}
+# The first address of --service-cluster-ip-range below: the `kubernetes` Service's ClusterIP.
+kubernetes_service_ip=10.0.0.1
+
 running() { alive "$state/etcd.pid" "/etcd" || alive "$state/kube-apiserver.pid" "/kube-apiserver"; }
 
 # Certificates: one CA signs the apiserver's serving certificate and the admin client certificate.
@@ -33,8 +48,10 @@ make_pki() {
     -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
   openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout "$pki/apiserver.key" \
     -out "$pki/apiserver.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' \
-    >"$pki/apiserver.ext"
+  local san=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc
+  # Pods dial the apiserver at the Service ClusterIP (kube-proxy rewrites it) or at the advertised address.
+  [[ -z $advertise ]] || san+=",IP:$advertise,IP:$kubernetes_service_ip,DNS:kubernetes.default.svc.cluster.local"
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >"$pki/apiserver.ext"
   openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 365 \
     -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt" 2>/dev/null
   openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=trainguard-admin" -keyout "$pki/admin.key" \
@@ -42,6 +59,14 @@ make_pki() {
   printf 'extendedKeyUsage=clientAuth\n' >"$pki/admin.ext"
   openssl x509 -req -in "$pki/admin.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 365 \
     -extfile "$pki/admin.ext" -out "$pki/admin.crt" 2>/dev/null
+  if [[ -n $node_mode ]]; then
+    # The apiserver's identity towards kubelets (logs, exec, port-forward): kubelets authorize it by webhook, and
+    # system:masters passes that SubjectAccessReview.
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout "$pki/kubelet-client.key" -out "$pki/kubelet-client.csr" 2>/dev/null
+    openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 365 -extfile "$pki/admin.ext" -out "$pki/kubelet-client.crt" 2>/dev/null
+  fi
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 }
@@ -54,7 +79,7 @@ kind: Config
 clusters:
 - name: trainguard-local
   cluster:
-    server: https://127.0.0.1:$port
+    server: https://${advertise:-127.0.0.1}:$port
     certificate-authority: $pki/ca.crt
 users:
 - name: trainguard-admin
@@ -73,6 +98,12 @@ up() {
   if running; then
     die "a cluster is already running in $state (kubeconfig: $state/kubeconfig); run 'hack/cluster.sh down' first, or set TRAINGUARD_CLUSTER_DIR for a second one"
   fi
+  if [[ -n $advertise ]] && ! ip -o addr show | awk '{print $4}' | grep -q "^$advertise/"; then
+    die "CLUSTER_ADVERTISE_ADDRESS=$advertise is on no local interface (ip addr); the apiserver could not listen there"
+  fi
+  if [[ -n $node_mode && -z $advertise ]]; then
+    die "CLUSTER_NODE=1 needs CLUSTER_ADVERTISE_ADDRESS: a kubelet's pods cannot reach an apiserver on 127.0.0.1"
+  fi
   local bin
   bin=$("$here/build-tools.sh" control-plane | tail -n 1)
   rm -rf "$state" && mkdir -p "$state" && chmod 700 "$state"
@@ -82,6 +113,17 @@ up() {
   local etcd_port peer_port api_port
   etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
   echo "$bin" >"$state/bin_dir"
+  local addressing=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+  local authorization=(--authorization-mode RBAC) node_flags=()
+  if [[ -n $advertise ]]; then
+    addressing=(--bind-address "$advertise" --advertise-address "$advertise" --endpoint-reconciler-type lease)
+  fi
+  if [[ -n $node_mode ]]; then
+    authorization=(--authorization-mode Node,RBAC)
+    node_flags=(--kubelet-client-certificate "$state/pki/kubelet-client.crt"
+      --kubelet-client-key "$state/pki/kubelet-client.key" --kubelet-preferred-address-types InternalIP
+      --enable-aggregator-routing=true)
+  fi
 
   # setsid: the servers outlive this script and are stopped only by `down`, by pid.
   setsid "$bin/etcd" --name trainguard --data-dir "$state/etcd" \
@@ -95,14 +137,13 @@ up() {
   # shellcheck disable=SC2086
   setsid "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    "${addressing[@]}" --secure-port "$api_port" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --tls-min-version VersionTLS12 \
     --client-ca-file "$pki/ca.crt" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc \
     --service-cluster-ip-range 10.0.0.0/24 \
-    --authorization-mode RBAC \
-    --endpoint-reconciler-type none \
+    "${authorization[@]}" "${node_flags[@]}" \
     --allow-privileged=true \
     ${TRAINGUARD_APISERVER_FLAGS:-} \
     >"$state/kube-apiserver.log" 2>&1 </dev/null &
@@ -122,7 +163,7 @@ up() {
   local ready_s
   ready_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
   echo "$ready_s" >"$state/start-to-ready-seconds"
-  log "kube-apiserver ${KUBERNETES_VERSION} + etcd ${ETCD_VERSION} ready on https://127.0.0.1:$api_port in ${ready_s} s (certificates included)"
+  log "kube-apiserver ${KUBERNETES_VERSION} + etcd ${ETCD_VERSION} ready on https://${advertise:-127.0.0.1}:$api_port in ${ready_s} s (certificates included)"
   echo "$state/kubeconfig"
 }
 
