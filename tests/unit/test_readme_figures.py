@@ -1,0 +1,134 @@
+"""Every benchmark figure the README prints is the stored result it cites (``bench/results/*.json``), as rounded.
+
+A figure printed with d decimals must lie within half a unit of its d-th place of the stored value, so a re-run
+that stores new results without the README changing (or a README edit without a re-run) fails here, naming the
+figure. Figures of runs that are not stored are not in this table: they are not backed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@cache
+def readme() -> str:
+    # One line per paragraph: a figure may be wrapped across lines.
+    return re.sub(r"\s+", " ", (REPO / "README.md").read_text())
+
+
+@cache
+def stored(name: str) -> Any:
+    return json.loads((REPO / "bench" / "results" / f"{name}.json").read_text())
+
+
+def cache_row(shard: str, key: str) -> Callable[[], float]:
+    return lambda: next(r[key] for r in stored("cache_bench")["rows"] if r["shard"] == shard and r["state"] == "warm")
+
+
+def conn(*path: str) -> Callable[[], float]:
+    def get() -> float:
+        value: Any = stored("connection_bench")["servers"]
+        for key in path:
+            value = value[key]
+        return value
+    return get
+
+
+def cost(n: int) -> Callable[[str], float]:
+    return lambda key: next(r[key] for r in stored("admission_cost_bench")["rows"] if r["n"] == n)
+
+
+def server(stat: str, pick: Callable[..., float]) -> Callable[[], float]:
+    hist = lambda: stored("admission_bench")["server_histogram"]  # noqa: E731
+    return lambda: pick(h[stat] for cell in hist().values() for h in cell.values())
+
+
+def cell(name: str, stat: str) -> Callable[[], float]:
+    return lambda: stored("admission_bench")["cells"][name][stat]
+
+
+def ratio(conc: str, *path: str) -> Callable[[], float]:
+    def get() -> float:
+        value: Any = stored("admission_bench")["ratios_b_over_a"][conc]
+        for key in path:
+            value = value[key]
+        return value
+    return get
+
+
+KB, MB = 1000, 1000 * 1000
+
+# (README text with each figure as a group, the stored values in the same order, scaled to the README's unit)
+FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
+    # Node-local dataset cache: the warm table and the first-byte sentence (cache_bench.json)
+    (r"\| 4 MiB \| ([\d.]+)x \| ([\d.]+)x \| ([\d.]+)x \|",
+     [cache_row("4MiB", "vs_direct"), cache_row("4MiB", "batched_vs_direct"), cache_row("4MiB", "batched_vs_tcp")]),
+    (r"\| 64 MiB \| ([\d.]+)x \| ([\d.]+)x \| ([\d.]+)x \|",
+     [cache_row("64MiB", "vs_direct"), cache_row("64MiB", "batched_vs_direct"), cache_row("64MiB", "batched_vs_tcp")]),
+    (r"\| 512 MiB \| ([\d.]+)x \| ([\d.]+)x \| ([\d.]+)x \|",
+     [cache_row("512MiB", "vs_direct"), cache_row("512MiB", "batched_vs_direct"),
+      cache_row("512MiB", "batched_vs_tcp")]),
+    (r"Warm first byte \(4 MiB shards\): p50 (\d+) µs with one request per shard, (\d+) µs per shard of a batched "
+     r"walk, (\d+) µs reading the file directly",
+     [lambda k=k: stored("cache_bench")["first_byte_warm"][k]["p50_us"] for k in ("agent", "agent_open_shards", "direct")]),
+    # Security model: the attack figures (connection_bench.json, admission_cost_bench.json)
+    (r"\| memory per idle TCP connection \| ([\d.]+) KiB \| ([\d.]+) KiB \|",
+     [conn("before", "idle_kib_per_connection"), conn("after", "idle_kib_per_connection")]),
+    (r"\| 40 withheld 8 MiB bodies: peak RSS / p99 of good requests \| ([\d.]+) MB / ([\d.]+) ms \| ([\d.]+) MB / "
+     r"([\d.]+) ms \|",
+     [conn("before", "withheld", "rss_peak_mb"), conn("before", "withheld", "good_p99_ms"),
+      conn("after", "withheld", "rss_peak_mb"), conn("after", "withheld", "good_p99_ms")]),
+    (r"\| 800-connection slowloris: peak RSS / RSS 20 s later / p99 of good requests \| ([\d.]+) / ([\d.]+) MB / "
+     r"([\d.]+) ms \| ([\d.]+) / ([\d.]+) MB / ([\d.]+) ms \|",
+     [conn("before", "slowloris", "rss_peak_mb"), conn("before", "slowloris", "rss_20s_after_mb"),
+      conn("before", "slowloris", "good_p99_ms"), conn("after", "slowloris", "rss_peak_mb"),
+      conn("after", "slowloris", "rss_20s_after_mb"), conn("after", "slowloris", "good_p99_ms")]),
+    (r"good requests served / log written \| (\d+) of (\d+) / ([\d.]+) MB \| (\d+) of (\d+) / ([\d.]+) KB \|",
+     [conn("before", "nofile_1024", "good_fresh_ok"),
+      lambda: conn("before", "nofile_1024", "good_fresh_ok")() + conn("before", "nofile_1024", "good_fresh_failed")(),
+      lambda: conn("before", "nofile_1024", "log_bytes_15s")() / MB,
+      conn("after", "nofile_1024", "good_fresh_ok"),
+      lambda: conn("after", "nofile_1024", "good_fresh_ok")() + conn("after", "nofile_1024", "good_fresh_failed")(),
+      lambda: conn("after", "nofile_1024", "log_bytes_15s")() / KB]),
+    (r"\| one review with a 6,000-entry `env` \(decode \+ mutate \+ validate\) \| ([\d.]+) s \| ([\d.]+) ms \|",
+     [lambda: cost(6000)("before_ms") / 1000, lambda: cost(6000)("after_ms")]),
+    (r"puts a good request without attack at ([\d.]+) ms p50 before and ([\d.]+) ms after",
+     [conn("before", "good_baseline_p50_ms"), conn("after", "good_baseline_p50_ms")]),
+    # Admission latency (admission_bench.json)
+    (r"the webhook's own p50 is ([\d.]+)-([\d.]+) ms",
+     [server("p50_ms", min), server("p50_ms", max)]),
+    (r"a CREATE through trainguard's two webhooks takes ([\d.]+) ms p50 / ([\d.]+) ms p99 at concurrency 1, "
+     r"\*\*([\d.]+)x\*\* the p50 of the same CREATE with no webhook \(([\d.]+)-([\d.]+)x at 8 and 32 in flight",
+     [cell("b/c1", "p50"), cell("b/c1", "p99"), ratio("c1", "p50_per_round", "median"),
+      ratio("c8", "p50_per_round", "median"), ratio("c32", "p50_per_round", "median")]),
+]
+
+
+def decimals(text: str) -> int:
+    return len(text.partition(".")[2])
+
+
+@pytest.mark.parametrize("pattern, values", FIGURES, ids=[p[:48] for p, _ in FIGURES])
+def test_readme_figure_is_the_stored_result(pattern: str, values: list[Callable[[], float]]) -> None:
+    found = re.search(pattern, readme())
+    assert found, f"README.md no longer says {pattern!r}: update this table with the README"
+    for printed, value in zip(found.groups(), values, strict=True):
+        want = value()
+        assert abs(float(printed) - want) <= 0.5 * 10 ** -decimals(printed) + 1e-9, (
+            f"README.md prints {printed} where bench/results holds {want}: {found.group(0)!r}")
+
+
+@pytest.mark.parametrize("printed, stored_value, backed", [
+    ("17", 16.5, True), ("16", 16.5, True), ("18", 16.5, False), ("0.77", 0.77, True), ("0.8", 0.77, True),
+    ("0.78", 0.77, False), ("26.5", 26.473386, True), ("26.4", 26.473386, False),
+])
+def test_a_figure_is_backed_within_its_printed_precision(printed: str, stored_value: float, backed: bool) -> None:
+    assert (abs(float(printed) - stored_value) <= 0.5 * 10 ** -decimals(printed) + 1e-9) is backed
