@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api import constants as api_constants
 from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.api.views import TrainJob, replicated_jobs
 
 Object = dict[str, Any]
 
@@ -108,7 +109,7 @@ def parse_time(text: str) -> datetime:
 
 # ---- predicates -------------------------------------------------------------------------------------------------
 def is_managed_by_us(trainjob: Mapping[str, Any]) -> bool:
-    managed_by = (trainjob.get("spec") or {}).get("managedBy")
+    managed_by = TrainJob(trainjob).managed_by
     return managed_by in (None, "", TRAINJOB_CONTROLLER)
 
 
@@ -123,18 +124,18 @@ def condition_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
 
 def is_finished(trainjob: Mapping[str, Any]) -> bool:
     """Complete=True or Failed=True (any reason): terminal, nothing is built for it again (#3779 fix)."""
-    conditions = (trainjob.get("status") or {}).get("conditions") or []
+    conditions = TrainJob(trainjob).conditions
     return condition_true(conditions, COMPLETE) or condition_true(conditions, FAILED)
 
 
 def is_suspended(trainjob: Mapping[str, Any]) -> bool:
-    return bool((trainjob.get("spec") or {}).get("suspend"))
+    return TrainJob(trainjob).suspend
 
 
 # ---- deadline -----------------------------------------------------------------------------------------------------
 def deadline_start(trainjob: Mapping[str, Any]) -> datetime:
     """When the active deadline started counting: the last resume, else the creation time."""
-    conditions = (trainjob.get("status") or {}).get("conditions") or []
+    conditions = TrainJob(trainjob).conditions
     resumed = find_condition(conditions, SUSPENDED)
     if resumed is not None and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
         return parse_time(resumed["lastTransitionTime"])
@@ -142,7 +143,7 @@ def deadline_start(trainjob: Mapping[str, Any]) -> datetime:
 
 
 def deadline(trainjob: Mapping[str, Any]) -> datetime | None:
-    seconds = (trainjob.get("spec") or {}).get("activeDeadlineSeconds")
+    seconds = TrainJob(trainjob).active_deadline_seconds
     if seconds is None:
         return None
     return deadline_start(trainjob) + timedelta(seconds=int(seconds))
@@ -276,7 +277,7 @@ def job_state(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> 
     """The SDK's vocabulary for where the job is: Complete/Failed/Suspended from conditions, else Running when
     every trainer replicated job has all its Jobs ready or succeeded (the SDK's "all nodes running or
     succeeded"), else Created."""
-    conditions = (trainjob.get("status") or {}).get("conditions") or []
+    conditions = TrainJob(trainjob).conditions
     if condition_true(conditions, COMPLETE):
         return STATE_COMPLETE
     if condition_true(conditions, FAILED):
@@ -297,15 +298,11 @@ def job_state(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> 
 
 def _trainer_jobs(jobset: Mapping[str, Any]) -> dict[str, int]:
     """replicatedJob name -> replicas for the trainer step (ancestor label ``trainer``, else the job ``node``)."""
-    jobs = (jobset.get("spec") or {}).get("replicatedJobs") or []
-    labelled = {
-        j["name"]: int(j.get("replicas") or 1)
-        for j in jobs
-        if ((j.get("template") or {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == "trainer"
-    }
+    jobs = replicated_jobs(jobset.get("spec"))
+    labelled = {j.raw["name"]: j.replicas for j in jobs if j.ancestor == "trainer"}
     if labelled:
         return labelled
-    return {j["name"]: int(j.get("replicas") or 1) for j in jobs if j.get("name") == "node"}
+    return {j.raw["name"]: j.replicas for j in jobs if j.name == "node"}
 
 
 def _comparable(status: Mapping[str, Any]) -> Object:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, resource_for
@@ -66,8 +67,6 @@ from trainguard.controller.reconcile.multikueue import dispatched_state
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "trainguard"
-TRAINER_GROUP = "trainer.kubeflow.org"
-RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # Upstream truncates the error in the event to 950 characters.
 MAX_EVENT_ERROR = 950
 
@@ -168,11 +167,10 @@ class TrainJobReconciler:
             return Result()
         trainjob = _with_type(trainjob)
 
-        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-        kind = ref.get("kind") or "ClusterTrainingRuntime"
-        group = ref.get("apiGroup") or TRAINER_GROUP
-        if group != TRAINER_GROUP or kind not in RUNTIME_KINDS:
-            decision = st.unsupported_runtime(trainjob, f"{group}/{kind}/{ref.get('name', '')}", self._now())
+        # One reading of the runtimeRef for the webhook and here: ``kind: ""`` names no runtime (as upstream).
+        ref = TrainJob(trainjob).runtime_ref
+        if not (ref.is_training_runtime or ref.is_cluster_training_runtime):
+            decision = st.unsupported_runtime(trainjob, f"{ref.api_group}/{ref.kind}/{ref.name}", self._now())
             if not await self._write_status(trainjob, decision):
                 return Result()
             await self._write_state(trainjob, decision.state)
@@ -223,7 +221,7 @@ class TrainJobReconciler:
         runtime = await self._runtime(trainjob)
         existing_jobset = self._caches.jobsets.get(name, namespace)
         dataset_cache = None
-        cache_name = (meta.get("annotations") or {}).get(DATASET_CACHE_ANNOTATION)
+        cache_name = TrainJob(trainjob).metadata.annotations.get(DATASET_CACHE_ANNOTATION)
         if cache_name:
             dataset_cache = self._caches.dataset_caches.get(cache_name, namespace)
             if dataset_cache is None:
@@ -322,17 +320,17 @@ class TrainJobReconciler:
         return Result()
 
     def _live_runtime(self, trainjob: Object) -> Object:
-        ref = trainjob["spec"]["runtimeRef"]
+        ref = TrainJob(trainjob).runtime_ref
         namespace = trainjob["metadata"]["namespace"]
-        if (ref.get("kind") or "ClusterTrainingRuntime") == "TrainingRuntime":
-            found = self._caches.training_runtimes.get(ref["name"], namespace)
+        if ref.is_training_runtime:
+            found = self._caches.training_runtimes.get(ref.name, namespace)
             if found is None:
-                raise RuntimeNotFound(f"TrainingRuntime specified in TrainJob is not found: {namespace}/{ref['name']}")
+                raise RuntimeNotFound(f"TrainingRuntime specified in TrainJob is not found: {namespace}/{ref.name}")
         else:
-            found = self._caches.cluster_training_runtimes.get(ref["name"])
+            found = self._caches.cluster_training_runtimes.get(ref.name)
             if found is None:
-                raise RuntimeNotFound(f"not found ClusterTrainingRuntime specified in TrainJob: {ref['name']}")
-        return _with_type(found, "TrainingRuntime" if ref.get("kind") == "TrainingRuntime" else "ClusterTrainingRuntime")
+                raise RuntimeNotFound(f"not found ClusterTrainingRuntime specified in TrainJob: {ref.name}")
+        return _with_type(found, ref.kind)
 
     # ---- status -------------------------------------------------------------------------------------------
     async def _write_status(self, trainjob: Object, decision: st.StatusDecision) -> bool:
@@ -381,14 +379,14 @@ def _with_type(obj: Mapping[str, Any], kind: str = "TrainJob") -> Object:
 def trainjobs_using_runtime(trainjobs: Any, runtime: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Keys of unfinished TrainJobs that reference ``runtime`` and have no snapshot yet is unknown here, so all
     unfinished referencing jobs: a runtime that appears late unblocks jobs that failed to find it."""
-    meta = runtime.get("metadata") or {}
-    kind = runtime.get("kind") or ("TrainingRuntime" if meta.get("namespace") else "ClusterTrainingRuntime")
+    meta = KubeObject(runtime).metadata
+    kind = runtime.get("kind") or ("TrainingRuntime" if meta.namespace else "ClusterTrainingRuntime")
     keys: list[tuple[str, str]] = []
     for (namespace, name), job in trainjobs.items():
-        ref = (job.get("spec") or {}).get("runtimeRef") or {}
-        if ref.get("name") != meta.get("name") or (ref.get("kind") or "ClusterTrainingRuntime") != kind:
+        ref = TrainJob(job).runtime_ref
+        if ref.name != meta.name or ref.kind != kind:
             continue
-        if kind == "TrainingRuntime" and namespace != meta.get("namespace"):
+        if kind == "TrainingRuntime" and namespace != meta.namespace:
             continue
         if not st.is_finished(job):
             keys.append((namespace, name))

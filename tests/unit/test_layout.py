@@ -147,3 +147,38 @@ def test_kube_sits_below_the_policy_engine(path: Path) -> None:
     bad = [(line, mod) for line, mod in imports_of(path)
            if mod.startswith(("trainguard.webhook.policy", "trainguard.webhook.runtime"))]
     assert not bad, f"{path.relative_to(REPO)} imports {bad}: webhook/kube must not depend on the policy engine or runtime"
+
+
+# TrainJob and runtime fields are read through the views (trainguard.webhook.api.views), each path in one place: two
+# readers spelling the same path came to disagree (the runtimeRef's `kind: ""`). Reads are `.get("<field>")` calls
+# and `x["<field>"]` loads; building and patching objects (stores, `setdefault`) stays on dicts. A plugin's own
+# settings (`mlPolicy.mpi.*`, ...) are read by the plugin module that owns them.
+VIEW_FIELDS = {"numNodes", "runtimeRef", "trainer", "mlPolicy", "podGroupPolicy", "resourcesPerNode", "template"}
+VIEWS = REPO / "webhook" / "api" / "views.py"
+
+
+def field_reads(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        key = None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        if key in VIEW_FIELDS:
+            found.append((node.lineno, key))
+    return found
+
+
+def test_field_reads_are_found(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('a = tj.get("trainer")\nb = rj["template"]\nrj["template"] = {}\nc = x.setdefault("template", {})\n')
+    assert sorted(field_reads(sample)) == [(1, "trainer"), (2, "template")]
+
+
+@pytest.mark.parametrize("path", [p for top in ("webhook", "controller") for p in sorted((REPO / top).rglob("*.py"))
+                                  if p != VIEWS], ids=lambda p: str(p.relative_to(REPO)))
+def test_trainjob_and_runtime_fields_are_read_through_the_views(path: Path) -> None:
+    bad = field_reads(path)
+    assert not bad, f"{path.relative_to(REPO)} reads {bad} off a raw dict: use trainguard.webhook.api.views"

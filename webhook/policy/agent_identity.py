@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from trainguard.webhook.api.views import Runtime, replicated_jobs
 from trainguard.webhook.field import FieldError, forbidden
 from trainguard.webhook.policy import framework
 
@@ -29,16 +30,11 @@ def agent_identity_errors(jobset_spec: Mapping[str, Any], prefix: str = "") -> l
     """A finding for each pod template of ``jobset_spec`` that runs as a cache agent's ServiceAccount; ``prefix``
     is prepended to each field path (e.g. ``spec.template.spec.`` for a TrainingRuntime)."""
     errors: list[FieldError] = []
-    for rjob in jobset_spec.get("replicatedJobs") or []:
-        if not isinstance(rjob, dict):
-            continue
-        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
-        if not isinstance(pod, dict):
-            continue
+    for rjob in replicated_jobs(jobset_spec):
         for key in _KEYS:
-            name = pod.get(key)
+            name = rjob.pod_spec.get(key)
             if isinstance(name, str) and name.startswith(AGENT_SERVICE_ACCOUNT_PREFIX):
-                path = f"{prefix}replicatedJobs[{rjob.get('name', '')}].template.spec.template.spec.{key}"
+                path = f"{prefix}replicatedJobs[{rjob.name}].template.spec.template.spec.{key}"
                 errors.append(forbidden(path, f"{json.dumps(name)} is a dataset cache agent's ServiceAccount; "
                                               "trainer pods may not run as it"))
     return errors
@@ -52,5 +48,4 @@ def trainjob_errors(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[F
 
 def runtime_errors(runtime: dict[str, Any]) -> list[FieldError]:
     """The findings on a TrainingRuntime's or ClusterTrainingRuntime's own template."""
-    spec = (((runtime.get("spec") or {}).get("template") or {}).get("spec")) or {}
-    return agent_identity_errors(spec, "spec.template.spec.") if isinstance(spec, dict) else []
+    return agent_identity_errors(Runtime(runtime).template.spec, "spec.template.spec.")

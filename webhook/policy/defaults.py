@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.webhook.api.constants import ANNOTATION_SCHEDULER_NAME
+from trainguard.webhook.api.views import Meta, ReplicatedJob, Runtime, TrainJob, patch_template
 from trainguard.webhook.policy.matching import first_set
 from trainguard.webhook.policy.policy_model import Policy
 from trainguard.webhook.policy.runtime_rules import pod_spec, replicated_jobs
@@ -60,22 +61,20 @@ class TopologyOutcome:
 
 
 def _other_patches(trainjob: Object) -> list[Object]:
-    return [p for p in (trainjob.get("spec") or {}).get("runtimePatches") or []
-            if isinstance(p, dict) and p.get("manager") != POLICY_MANAGER]
+    return [p for p in TrainJob(trainjob).runtime_patches if isinstance(p, dict) and p.get("manager") != POLICY_MANAGER]
 
 
 def _patch_job(patch: Object, job: str) -> Object:
-    rjobs = ((((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {})
-             .get("replicatedJobs") or [])
-    return next((r for r in rjobs if isinstance(r, dict) and r.get("name") == job), {})
+    found = patch_template(patch).job(job)
+    return dict(found.raw) if found is not None else {}
 
 
-def _job_meta(rjob: Object) -> Object:
-    return (rjob.get("template") or {}).get("metadata") or {}
+def _job_meta(rjob: Object) -> Meta:
+    return Meta(ReplicatedJob(rjob).get("template.metadata"))
 
 
-def _pod_meta(rjob: Object) -> Object:
-    return (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+def _pod_meta(rjob: Object) -> Meta:
+    return ReplicatedJob(rjob).pod_metadata
 
 
 def _written_elsewhere(trainjob: Object, runtime: Object, job: str) -> list[Object]:
@@ -85,7 +84,7 @@ def _written_elsewhere(trainjob: Object, runtime: Object, job: str) -> list[Obje
 
 
 def _declared(sources: list[Object], meta, keys) -> bool:
-    return any(k in (meta(src).get("annotations") or {}) for src in sources for k in keys)
+    return any(k in meta(src).annotations for src in sources for k in keys)
 
 
 # --- the owned runtimePatch -------------------------------------------------------------------------------------
@@ -156,10 +155,8 @@ def desired_policy_patch(trainjob: Object, runtime: Object, effective: Any, poli
 
     kai_queue, _ = first_set(policies, lambda p: p.spec.scheduling.kai_queue)
     jobset_template: Object = {}
-    jobset_labels = (((runtime.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
-    other_labels = {k for p in _other_patches(trainjob)
-                    for k in ((((p.get("trainingRuntimeSpec") or {}).get("template") or {}).get("metadata") or {})
-                              .get("labels") or {})}
+    jobset_labels = Runtime(runtime).template.metadata.labels
+    other_labels = {k for p in _other_patches(trainjob) for k in patch_template(p).metadata.labels}
     if kai_queue and KAI_QUEUE_LABEL not in jobset_labels and KAI_QUEUE_LABEL not in other_labels:
         jobset_template["metadata"] = {"labels": {KAI_QUEUE_LABEL: kai_queue}}
     if ordered:
@@ -198,8 +195,8 @@ def write_policy_patch(trainjob: Object, desired: Object | None) -> None:
 
 
 def _runtime_declared(runtime: Object, key: str) -> str | None:
-    meta = runtime.get("metadata") or {}
-    return (meta.get("labels") or {}).get(key) or (meta.get("annotations") or {}).get(key)
+    meta = Runtime(runtime).metadata
+    return meta.labels.get(key) or meta.annotations.get(key)
 
 
 def _runtime_sets_scheduler(runtime: Object) -> bool:

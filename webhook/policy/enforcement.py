@@ -14,8 +14,9 @@ anything refuses it instead of waving it through unmeasured (fail closed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import invalid, required
 from trainguard.webhook.policy import framework
 from trainguard.webhook.policy.defaults import KAI_QUEUE_LABEL, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, topology_outcome
@@ -50,13 +51,12 @@ def label_path(key: str) -> str:
     return f"metadata.labels[{key}]"
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+def _labels(obj: dict[str, Any]) -> Mapping[str, Any]:
+    return TrainJob(obj).metadata.labels
 
 
 def _nodes(obj: dict[str, Any]) -> Any:
-    return (((obj.get("spec") or {}).get("trainer")) or {}).get("numNodes")
+    return TrainJob(obj).trainer.num_nodes
 
 
 def _limits_anything(policy: Policy) -> bool:

@@ -1,27 +1,30 @@
-"""The policy engine's door into the runtime framework (``trainguard.webhook.runtime``, owned by the runtime engineer).
+"""The policy engine's door into the runtime framework (``trainguard.webhook.runtime``).
 
 The engine never re-derives the job: GPUs, pod counts and images come from ``effective_job``, the same code the
-reconciler builds with, and the plugin validations of §2.5 item 4+ from ``validate_trainjob``. Imported at call
-time so that the engine's other entry points (runtime and policy validation) load even while the framework is
-being built.
+reconciler builds with, and the runtime plugins' TrainJob rules from ``validate_trainjob``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import AbstractSet, Any, Mapping
+
+from trainguard.webhook.field import FieldError
+from trainguard.webhook.runtime import BuildError, EffectiveJob, effective_job, validate_trainjob
 
 
-def effective_job_or_none(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Any:
+def effective_job_or_none(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> EffectiveJob | None:
     """The effective job, or None when the pair cannot be built (validation reports why)."""
-    from trainguard.webhook.runtime import BuildError, effective_job
-
     try:
         return effective_job(trainjob, runtime)
     except BuildError:
         return None
 
 
-def plugin_validation(trainjob, old, runtime, jobset, priority_classes):
-    from trainguard.webhook.runtime import validate_trainjob
-
+def plugin_validation(
+    trainjob: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    runtime: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    priority_classes: AbstractSet[str] | None,
+) -> tuple[list[FieldError], list[str]]:
     return validate_trainjob(trainjob, old, runtime, jobset, priority_classes=priority_classes)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.webhook.api.views import TrainJob, Trainer, replicated_jobs
 from trainguard.webhook.field import FieldError, invalid, required
 from trainguard.webhook.policy.pod_security import BASELINE, baseline_errors
 from trainguard.webhook.policy.policy_model import Policy
@@ -41,8 +42,8 @@ class Violation:
         return f'{self.error} (TrainJobPolicy "{self.policy.name}" is in Audit mode: allowed)'
 
 
-def _trainer(trainjob: dict[str, Any]) -> dict[str, Any]:
-    return (trainjob.get("spec") or {}).get("trainer") or {}
+def _trainer(trainjob: dict[str, Any]) -> Trainer:
+    return TrainJob(trainjob).trainer
 
 
 def _of(policy: Policy) -> str:
@@ -75,11 +76,11 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
             found.append(error)
 
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
-        path = "spec.trainer.numNodes" if trainer.get("numNodes") is not None else "spec.runtimeRef"
+        path = "spec.trainer.numNodes" if trainer.num_nodes is not None else "spec.runtimeRef"
         found.append(invalid(path, shape.nodes if path.endswith("numNodes") else runtime_name,
                              f"{shape.nodes} nodes exceed maxNodes {limits.max_nodes} of {_of(policy)}"))
 
-    resources_path = "spec.trainer.resourcesPerNode" if trainer.get("resourcesPerNode") is not None else "spec.runtimeRef"
+    resources_path = "spec.trainer.resourcesPerNode" if trainer.resources_per_node is not None else "spec.runtimeRef"
     if limits.max_gpus_per_node is not None and shape.gpus_per_node > limits.max_gpus_per_node:
         found.append(invalid(
             resources_path, shape.gpus_per_node if resources_path != "spec.runtimeRef" else runtime_name,
@@ -107,11 +108,11 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
         ))
 
     if limits.allowed_image_prefixes:
-        every_job = [r.get("name") for r in effective.spec.get("replicatedJobs") or []]
+        every_job = [rj.get("name") for rj in replicated_jobs(effective.spec)]
         for job, kind, container, image in images(effective.spec, every_job):
             if image is not None and any(image.startswith(p) for p in limits.allowed_image_prefixes):
                 continue
-            trainer_image = trainer.get("image") is not None and job in effective.trainer_jobs and container == "node"
+            trainer_image = trainer.image is not None and job in effective.trainer_jobs and container == "node"
             path = "spec.trainer.image" if trainer_image else "spec.runtimeRef"
             found.append(invalid(
                 path, image,

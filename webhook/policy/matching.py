@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api.meta import label_selector_matches
+from trainguard.webhook.api.views import Runtime, TrainJob
 from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
 from trainguard.webhook.policy.runtime_ref import runtime_ref
 
@@ -49,8 +50,8 @@ def selects(policy: Policy, ns_labels: Mapping[str, str], trainjob: Mapping[str,
             runtime: Mapping[str, Any] | None) -> bool:
     sel = policy.spec.selector
     ref = runtime_ref(dict(trainjob))
-    runtime_labels = dict(((runtime or {}).get("metadata") or {}).get("labels") or {})
-    trainjob_labels = dict((trainjob.get("metadata") or {}).get("labels") or {})
+    runtime_labels = dict(Runtime(runtime).metadata.labels)
+    trainjob_labels = dict(TrainJob(trainjob).metadata.labels)
     return (label_selector_matches(sel.namespace, dict(ns_labels))
             and label_selector_matches(sel.trainjob, trainjob_labels)
             and (sel.runtime_names is None or ref.name in sel.runtime_names)

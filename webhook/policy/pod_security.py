@@ -12,8 +12,9 @@ Security admission): AppArmor, SELinux, seccomp ``Unconfined`` and sysctls.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
+from trainguard.webhook.api.views import ReplicatedJob
 from trainguard.webhook.field import FieldError, forbidden
 
 BASELINE = "Baseline"
@@ -24,12 +25,11 @@ BASELINE_CAPABILITIES = frozenset({
 })
 
 
-def _pod_spec(rjob: dict[str, Any]) -> dict[str, Any]:
-    spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
-    return spec if isinstance(spec, dict) else {}
+def _pod_spec(rjob: dict[str, Any]) -> Mapping[str, Any]:
+    return ReplicatedJob(rjob).pod_spec
 
 
-def _containers(pod: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
     for kind in ("initContainers", "containers", "ephemeralContainers"):
         for i, c in enumerate(pod.get(kind) or []):
             if isinstance(c, dict):

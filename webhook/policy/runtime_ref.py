@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.webhook.api.views import KubeObject, RuntimeRef, TrainJob
 from trainguard.webhook.field import FieldError, invalid
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 
@@ -27,33 +28,14 @@ DEPRECATION_POLICY_URL = (
 )
 
 
-@dataclass(frozen=True)
-class RuntimeRef:
-    name: str
-    kind: str
-    api_group: str
-
-    @property
-    def registry_key(self) -> str:
-        """``<kind>.<apiGroup>``, as upstream keys its runtime registry (``schema.GroupKind.String()``)."""
-        return f"{self.kind}.{self.api_group}" if self.api_group else self.kind
-
-    def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "apiGroup": self.api_group, "kind": self.kind}
-
-
 class UnsupportedRuntime(Exception):
     """The runtimeRef names a kind/group no runtime implements; upstream returns a bare error, not a field error."""
 
 
 def runtime_ref(trainjob: Object) -> RuntimeRef:
-    """The runtimeRef with the CRD defaults applied (render has no apiserver to default them)."""
-    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    return RuntimeRef(
-        name=str(ref.get("name") or ""),
-        kind=str(ref.get("kind") if ref.get("kind") is not None else CLUSTER_TRAINING_RUNTIME),
-        api_group=str(ref.get("apiGroup") if ref.get("apiGroup") is not None else TRAINER_GROUP),
-    )
+    """The runtimeRef with the CRD defaults applied to absent fields (render has no apiserver to default them);
+    ``kind: ""`` stays empty and names no runtime, as upstream (see ``trainguard.webhook.api.views``)."""
+    return TrainJob(trainjob).runtime_ref
 
 
 def not_found(kind: str, name: str) -> str:
@@ -115,5 +97,4 @@ def allowed_runtime_entry(entry: str) -> tuple[str, str] | None:
 
 
 def is_deprecated(runtime: Object) -> bool:
-    labels = (runtime.get("metadata") or {}).get("labels") or {}
-    return labels.get(SUPPORT_LABEL) == "deprecated"
+    return KubeObject(runtime).metadata.labels.get(SUPPORT_LABEL) == "deprecated"

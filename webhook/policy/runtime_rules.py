@@ -25,10 +25,12 @@ Container values in messages are shown as the list of container names, not the w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.api.views import ReplicatedJob, Runtime
 from trainguard.webhook.field import FieldError, duplicate, forbidden, invalid
+from trainguard.webhook.runtime import registry
 
 Object = dict[str, Any]
 
@@ -38,18 +40,16 @@ ANCESTOR_CONTAINER = {
     "dataset-initializer": "dataset-initializer",
     "model-initializer": "model-initializer",
 }
-# ML policies whose build addresses the first trainer pod as <trainjob>-node-0-0 or writes a hostfile for `node`.
-POLICIES_NEEDING_NODE_JOB = ("torch", "jax", "xgboost", "mpi", "flux")
 RJOBS_PATH = "spec.template.spec.replicatedJobs"
 
 
 def replicated_jobs(runtime: Object) -> list[Object]:
-    rjobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+    rjobs = Runtime(runtime).template.spec.get("replicatedJobs")
     return [r for r in rjobs if isinstance(r, dict)] if isinstance(rjobs, list) else []
 
 
-def pod_spec(rjob: Object) -> Object:
-    return ((((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+def pod_spec(rjob: Object) -> Mapping[str, Any]:
+    return ReplicatedJob(rjob).pod_spec
 
 
 def container_names(rjob: Object, *, include_init: bool = False) -> list[str]:
@@ -61,8 +61,7 @@ def container_names(rjob: Object, *, include_init: bool = False) -> list[str]:
 
 
 def ancestor(rjob: Object) -> str | None:
-    labels = (((rjob.get("template") or {}).get("metadata")) or {}).get("labels") or {}
-    return labels.get(ANCESTOR_LABEL)
+    return ReplicatedJob(rjob).ancestor
 
 
 def containers_as_go_writes_them(rjob: Object) -> list[Any]:
@@ -115,16 +114,15 @@ def stricter_errors(runtime: Object) -> list[FieldError]:
             f"{RJOBS_PATH}[{i}].template.metadata.labels[{ANCESTOR_LABEL}]", "trainer",
             f"only one replicatedJob may be the trainer; {names[trainers[0]]!s} already is",
         ))
-    ml_policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
-    for source in POLICIES_NEEDING_NODE_JOB:
-        if ml_policy.get(source) is not None and "node" not in names:
+    view = Runtime(runtime)
+    for source in registry.node_job_policies():
+        if view.ml_policy_source(source) is not None and "node" not in names:
             errors.append(invalid(
                 RJOBS_PATH, names,
                 f'mlPolicy.{source} needs a replicatedJob named "node" (its pods are addressed as '
                 "<trainjob>-node-0-0)",
             ))
-    pgp = (runtime.get("spec") or {}).get("podGroupPolicy") or {}
-    if pgp.get("coscheduling") is not None and pgp.get("volcano") is not None:
+    if view.pod_group_policy_source("coscheduling") is not None and view.pod_group_policy_source("volcano") is not None:
         errors.append(forbidden("spec.podGroupPolicy", "only one of coscheduling and volcano may be set"))
     return errors
 

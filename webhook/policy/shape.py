@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api.quantity import Quantity, parse_quantity
+from trainguard.webhook.api.views import replicated_jobs
 from trainguard.webhook.policy.topology import JobShape
 
 
@@ -47,10 +48,9 @@ def job_shape(effective: Any, gpu_resource: str) -> JobShape:
 def images(spec: dict[str, Any], jobs: Iterable[str]) -> Iterable[tuple[str, str, str, str | None]]:
     """(replicatedJob, kind, container, image) for every container and initContainer of the named replicatedJobs."""
     wanted = set(jobs)
-    for rjob in spec.get("replicatedJobs") or []:
+    for rjob in replicated_jobs(spec):
         if rjob.get("name") not in wanted:
             continue
-        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-        for kind in ("initContainers", "containers"):
-            for c in pod.get(kind) or []:
-                yield rjob.get("name", ""), kind, c.get("name", ""), c.get("image")
+        for kind, containers in (("initContainers", rjob.containers(init=True)), ("containers", rjob.containers())):
+            for c in containers:
+                yield rjob.name, kind, c.name, c.image

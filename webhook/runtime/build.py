@@ -14,24 +14,15 @@ its MPI keys. (Upstream applies in its plugins' map order, which Go randomises p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-from trainguard.webhook.runtime import coscheduling, flux, jobset, mpi, volcano
+from trainguard.webhook.api.views import KubeObject, TrainJob
+from trainguard.webhook.runtime import jobset, registry
 from trainguard.webhook.runtime.draft import BuildError, as_object
 from trainguard.webhook.runtime.effective import compute
 from trainguard.webhook.runtime.keys import KeySource
 from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
-
-
-@dataclass(frozen=True)
-class ExistingObjects:
-    """What the reconciler's caches say already exists for this TrainJob."""
-
-    jobset: Mapping[str, Any] | None = None  # the live JobSet (its spec.suspend matters)
-    podgroup: bool = False
-    mpi_ssh_secret: bool = False
-    flux_curve_secret: bool = False
+from trainguard.webhook.runtime.plugin import BuildContext, BuildsObjects, ExistingObjects
 
 
 def build_objects(
@@ -44,18 +35,14 @@ def build_objects(
 ) -> list[dict]:
     tj = as_object(trainjob)
     job, draft = compute(tj, runtime)
-    suspended = bool((tj.get("spec") or {}).get("suspend"))
     objects: list[dict] = []
     if not jobset.is_running(tj, existing.jobset):
         built = jobset.build_jobset(tj, job.labels, job.annotations, job.spec)
         objects.append(_wire_dataset_cache(built, tj, dataset_cache))
-    if job.ml_policy == "mpi":
-        objects += mpi.build(draft, tj, keys=keys, secret_exists=existing.mpi_ssh_secret)
-    if job.pod_group_policy and (suspended or not existing.podgroup):
-        module = coscheduling if job.pod_group_policy == "coscheduling" else volcano
-        objects.append(module.build(draft, job.pod_sets, tj))
-    if job.ml_policy == "flux":
-        objects += flux.build(draft, tj, keys=keys, secret_exists=existing.flux_curve_secret)
+    ctx = BuildContext(trainjob=tj, pod_sets=job.pod_sets, keys=keys, existing=existing)
+    for plugin in registry.active(draft.runtime_view):
+        if isinstance(plugin, BuildsObjects):
+            objects += plugin.build(draft, ctx)
     return objects
 
 
@@ -65,13 +52,13 @@ def apply_order(objects: list[dict]) -> list[dict]:
 
 
 def _wire_dataset_cache(built: dict, trainjob: Mapping[str, Any], dataset_cache: Any) -> dict:
-    wanted = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(DATASET_CACHE_ANNOTATION)
+    wanted = TrainJob(trainjob).metadata.annotations.get(DATASET_CACHE_ANNOTATION)
     if not wanted:
         return built
     if dataset_cache is None:
         raise BuildError(f"DatasetCache {wanted!r} named by annotation {DATASET_CACHE_ANNOTATION} was not provided")
     cache = as_object(dataset_cache)
-    got = (cache.get("metadata") or {}).get("name")
+    got = KubeObject(cache).metadata.get("name")
     if got != wanted:
         raise BuildError(f"DatasetCache {got!r} was provided but annotation {DATASET_CACHE_ANNOTATION} names {wanted!r}")
     # Imported here: only jobs that name a DatasetCache need the wiring code, so other builds never load it.

@@ -6,18 +6,17 @@ PodGroup is frozen once created unless the TrainJob is suspended (same skip rule
 
 from __future__ import annotations
 
-from typing import Any, Mapping
 
 from trainguard.webhook.api.quantity import format_resource_list, scale_resources, sum_resources
 from trainguard.webhook.runtime.draft import Draft, pod_metadata
 from trainguard.webhook.runtime.objects import owned_object
+from trainguard.webhook.runtime.plugin import POD_GROUP, BuildContext
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
 
-
-def applies(draft: Draft) -> bool:
-    return draft.pod_group_policy.get("coscheduling") is not None
+NAME = "coscheduling"
+KIND = POD_GROUP
 
 
 def enforce(draft: Draft) -> None:
@@ -33,13 +32,15 @@ def gang_size(pod_sets) -> tuple[int, dict[str, str]]:
     return members, format_resource_list(resources)
 
 
-def build(draft: Draft, pod_sets, trainjob: Mapping[str, Any]) -> dict:
-    policy = draft.pod_group_policy.get("coscheduling") or {}
-    members, resources = gang_size(pod_sets)
-    pod_group = owned_object("scheduling.x-k8s.io/v1alpha1", "PodGroup", draft.name, trainjob)
+def build(draft: Draft, ctx: BuildContext) -> list[dict]:
+    if ctx.existing.podgroup and not ctx.suspended:
+        return []  # frozen once created, unless the TrainJob is suspended
+    policy = draft.pod_group_policy_source(NAME)
+    members, resources = gang_size(ctx.pod_sets)
+    pod_group = owned_object("scheduling.x-k8s.io/v1alpha1", "PodGroup", draft.name, ctx.trainjob)
     pod_group["spec"] = {
         "minMember": members,
         "minResources": resources,
         "scheduleTimeoutSeconds": policy.get("scheduleTimeoutSeconds", DEFAULT_SCHEDULE_TIMEOUT_SECONDS),
     }
-    return pod_group
+    return [pod_group]

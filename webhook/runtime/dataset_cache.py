@@ -30,6 +30,7 @@ import re
 from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.api.views import ReplicatedJob
 from trainguard.webhook.field import FieldError, aggregate, invalid, required
 
 DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
@@ -172,8 +173,8 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
 
 
 def _is_trainer_job(rjob: Mapping[str, Any]) -> bool:
-    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(ANCESTOR_LABEL) == "trainer" or rjob.get("name") == TRAINER_CONTAINER
+    job = ReplicatedJob(rjob)
+    return job.ancestor == "trainer" or rjob.get("name") == TRAINER_CONTAINER
 
 
 def _upsert(items: list, item: Mapping[str, Any], *, key: str) -> None:

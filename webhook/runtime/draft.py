@@ -13,15 +13,15 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+from trainguard.webhook.api.views import ReplicatedJob, Runtime, RuntimeRef, TrainJob, Trainer
 from trainguard.webhook.runtime import merge
-from trainguard.webhook.runtime.names import ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
+from trainguard.webhook.runtime.names import ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
 
 
 class BuildError(ValueError):
     """A TrainJob/runtime pair that cannot produce objects; the message says why (it reaches Events)."""
 
 
-ML_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
 # Draft fact: the trainer's ``node`` container args before ``spec.trainer`` overrode them (Flux keeps them).
 RUNTIME_NODE_ARGS = "runtime_node_args"
 
@@ -50,35 +50,46 @@ class Draft:
 
     # -- the TrainJob ------------------------------------------------------------------------------------
     @property
+    def trainjob_view(self) -> TrainJob:
+        return TrainJob(self.trainjob)
+
+    @property
     def name(self) -> str:
-        return (self.trainjob.get("metadata") or {}).get("name", "")
+        return self.trainjob_view.metadata.name
 
     @property
     def namespace(self) -> str:
-        return (self.trainjob.get("metadata") or {}).get("namespace", "")
+        return self.trainjob_view.metadata.namespace
 
     @property
-    def trainer(self) -> dict | None:
-        """``spec.trainer`` or None: several plugins behave differently when it is absent (upstream quirk)."""
-        return (self.trainjob.get("spec") or {}).get("trainer")
+    def has_trainer(self) -> bool:
+        """Whether ``spec.trainer`` is set: several plugins behave differently when it is absent (upstream quirk)."""
+        return self.trainjob_view.has_trainer
+
+    @property
+    def trainer(self) -> Trainer:
+        return self.trainjob_view.trainer
+
+    @property
+    def runtime_ref(self) -> RuntimeRef:
+        return self.trainjob_view.runtime_ref
 
     @property
     def num_nodes_override(self) -> int | None:
-        return (self.trainer or {}).get("numNodes")
+        return self.trainer.num_nodes
 
     # -- the runtime -------------------------------------------------------------------------------------
     @property
-    def ml_policy(self) -> dict:
-        return (self.runtime.get("spec") or {}).get("mlPolicy") or {}
+    def runtime_view(self) -> Runtime:
+        return Runtime(self.runtime)
 
-    @property
-    def ml_policy_kind(self) -> str:
-        """Which ML policy runs: the one configured source, or "plain" when none is."""
-        return next((k for k in ML_POLICIES if self.ml_policy.get(k) is not None), "plain")
+    def ml_policy_source(self, name: str) -> Mapping[str, Any]:
+        """``spec.mlPolicy.<name>`` of the runtime (empty when not configured)."""
+        return self.runtime_view.ml_policy_source(name) or {}
 
-    @property
-    def pod_group_policy(self) -> dict:
-        return (self.runtime.get("spec") or {}).get("podGroupPolicy") or {}
+    def pod_group_policy_source(self, name: str) -> Mapping[str, Any]:
+        """``spec.podGroupPolicy.<name>`` of the runtime (empty when not configured)."""
+        return self.runtime_view.pod_group_policy_source(name) or {}
 
     # -- replicated jobs ---------------------------------------------------------------------------------
     def jobs(self) -> list[dict]:
@@ -119,20 +130,18 @@ class Draft:
     def endpoints(self, rj: Mapping[str, Any]) -> list[str]:
         """Stable pod DNS names ``<job>-<rjob>-<replica>-<pod>.<subdomain>`` in replica, then pod order."""
         subdomain = (self.spec.get("network") or {}).get("subdomain") or self.name
-        count = self.counts.get(rj.get("name"), 1)
-        return [
-            f"{self.name}-{rj.get('name')}-{r}-{p}.{subdomain}"
-            for r in range(rj.get("replicas", 1) or 1)
-            for p in range(count)
-        ]
+        job = ReplicatedJob(rj)
+        count = self.counts.get(job.name, 1)
+        return [f"{self.name}-{job.name}-{r}-{p}.{subdomain}" for r in range(job.replicas) for p in range(count)]
 
 
 def ancestor_of(rj: Mapping[str, Any]) -> str | None:
-    return (((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+    return ReplicatedJob(rj).ancestor
 
 
 def pod_spec(rj: Mapping[str, Any]) -> dict:
-    """``rj.template.spec.template.spec``, created empty where missing (the draft owns ``rj``)."""
+    """``rj.template.spec.template.spec`` for writing, created empty where missing (the draft owns ``rj``); read
+    one through ``ReplicatedJob(rj).pod_spec``."""
     template = rj.setdefault("template", {})  # type: ignore[union-attr]
     job_spec = template.setdefault("spec", {})
     pod_template = job_spec.setdefault("template", {})
@@ -145,7 +154,7 @@ def pod_metadata(rj: Mapping[str, Any]) -> dict:
 
 
 def runtime_patches(trainjob: Mapping[str, Any]) -> list[dict]:
-    return list((trainjob.get("spec") or {}).get("runtimePatches") or [])
+    return list(TrainJob(trainjob).runtime_patches)  # type: ignore[arg-type]
 
 
 def prepare(trainjob: Any, runtime: Any) -> Draft:
@@ -154,9 +163,9 @@ def prepare(trainjob: Any, runtime: Any) -> Draft:
     Raises ``merge.MergeError`` for a patch that cannot be merged.
     """
     tj, rt = as_object(trainjob), as_object(runtime)
-    template = (rt.get("spec") or {}).get("template") or {}
+    template = Runtime(rt).template
     patches = runtime_patches(tj)
-    spec = merge.merge_runtime_patches(template.get("spec") or {}, patches)
+    spec = merge.merge_runtime_patches(template.spec, patches)
     labels, annotations = merge.merge_template_metadata(template.get("metadata"), patches)
     draft = Draft(trainjob=tj, runtime=rt, spec=spec, labels=labels, annotations=annotations, counts={})
     for rj in draft.jobs():
@@ -171,8 +180,7 @@ def prepare(trainjob: Any, runtime: Any) -> Draft:
 def resources_targets(draft: Draft) -> list[dict]:
     """Jobs whose ``node`` container runs the trainer: the trainer ancestor, plus (MPI runLauncherAsNode) ``node``."""
     targets = [rj for rj in [draft.trainer_job()] if rj is not None]
-    mpi = draft.ml_policy.get("mpi")
-    if mpi is not None and mpi.get("runLauncherAsNode"):
+    if is_launcher_as_node(draft):
         worker = draft.job(NODE)
         if worker is not None and all(worker is not t for t in targets):
             targets.append(worker)
@@ -180,7 +188,7 @@ def resources_targets(draft: Draft) -> list[dict]:
 
 
 def _merge_resources_per_node(draft: Draft) -> None:
-    resources = (draft.trainer or {}).get("resourcesPerNode")
+    resources = draft.trainer.resources_per_node
     if not resources:
         return
     for rj in resources_targets(draft):
@@ -190,12 +198,13 @@ def _merge_resources_per_node(draft: Draft) -> None:
 def _initial_counts(draft: Draft) -> None:
     """As upstream's ``newRuntimeInfo``: trainer ancestor -> mlPolicy.numNodes ?? 1 (when a mlPolicy exists);
     others -> parallelism ?? 1."""
-    has_ml_policy = (draft.runtime.get("spec") or {}).get("mlPolicy") is not None
+    runtime = draft.runtime_view
     for rj in draft.jobs():
-        if ancestor_of(rj) == ANCESTOR_TRAINER and has_ml_policy:
-            count = draft.ml_policy.get("numNodes") or 1
+        job = ReplicatedJob(rj)
+        if job.ancestor == ANCESTOR_TRAINER and runtime.ml_policy is not None:
+            count = runtime.num_nodes or 1
         else:
-            count = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
+            count = job.parallelism or 1
         draft.counts[rj.get("name")] = max(1, int(count))
 
 
@@ -239,7 +248,7 @@ def upsert_volumes(rj: Mapping[str, Any], volumes: list[dict]) -> None:
 
 
 def is_launcher_as_node(draft: Draft) -> bool:
-    return bool((draft.ml_policy.get("mpi") or {}).get("runLauncherAsNode"))
+    return bool(draft.ml_policy_source("mpi").get("runLauncherAsNode"))
 
 
 __all__ = [

@@ -24,31 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trainguard.webhook.api.quantity import Quantity
-from trainguard.webhook.runtime import (
-    coscheduling,
-    extras,
-    flux,
-    jax,
-    jobset,
-    mpi,
-    plain,
-    torch,
-    volcano,
-    xgboost,
-)
-from trainguard.webhook.runtime.draft import BuildError, Draft, ancestor_of, is_launcher_as_node, prepare, resources_targets
+from trainguard.webhook.api.views import ReplicatedJob
+from trainguard.webhook.runtime import extras, jobset, registry
+from trainguard.webhook.runtime.draft import BuildError, Draft, prepare, resources_targets
 from trainguard.webhook.runtime.merge import MergeError
-from trainguard.webhook.runtime.names import LAUNCHER, NODE
+from trainguard.webhook.runtime.plugin import CountsNodes
 from trainguard.webhook.runtime.resources import gpus_of, pod_requests
-
-_ML_ENFORCERS = {
-    "torch": torch.enforce,
-    "mpi": mpi.enforce,
-    "jax": jax.enforce,
-    "xgboost": xgboost.enforce,
-    "flux": flux.enforce,
-    "plain": plain.enforce,
-}
 
 
 @dataclass(frozen=True)
@@ -100,64 +81,55 @@ def compute(trainjob: Any, runtime: Any) -> tuple[EffectiveJob, Draft]:
     except MergeError as e:
         raise BuildError(f"cannot merge runtimePatches: {e}") from e
     jobset.apply_trainer(draft)
-    _ML_ENFORCERS[draft.ml_policy_kind](draft)
+    ml = registry.ml_policy_of(draft.runtime_view)
+    ml.enforce(draft)
     jobset.apply_initializers(draft)
-    pod_group = pod_group_policy(draft)
-    if pod_group == "coscheduling":
-        coscheduling.enforce(draft)
-    elif pod_group == "volcano":
-        volcano.enforce(draft)
+    pod_group = registry.pod_group_policy_of(draft.runtime_view)
+    if pod_group is not None:
+        pod_group.enforce(draft)
     jobset.sync_counts(draft)
     extras.apply(draft)
     return _summarise(draft), draft
 
 
 def pod_group_policy(draft: Draft) -> str | None:
-    if coscheduling.applies(draft):
-        return "coscheduling"
-    if volcano.applies(draft):
-        return "volcano"
-    return None
+    plugin = registry.pod_group_policy_of(draft.runtime_view)
+    return plugin.NAME if plugin is not None else None
 
 
 def pod_sets(draft: Draft) -> tuple[PodSet, ...]:
     out = []
     for rj in draft.jobs():
-        spec = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-        requests = pod_requests(spec)
+        job = ReplicatedJob(rj)
+        requests = pod_requests(job.pod_spec)
         out.append(
             PodSet(
-                name=rj.get("name", ""),
-                ancestor=ancestor_of(rj),
+                name=job.name,
+                ancestor=job.ancestor,
                 count=draft.counts.get(rj.get("name"), 1),
-                replicas=int(rj.get("replicas", 1) or 1),
+                replicas=job.replicas,
                 requests=requests,
                 gpus=gpus_of(requests),
-                containers=tuple(c.get("name", "") for c in spec.get("containers") or []),
-                init_containers=tuple(c.get("name", "") for c in spec.get("initContainers") or []),
+                containers=tuple(c.name for c in job.containers()),
+                init_containers=tuple(c.name for c in job.containers(init=True)),
             )
         )
     return tuple(out)
 
 
-def _trainer_jobs(draft: Draft) -> tuple[str, ...]:
-    """replicatedJobs that run training processes: the trainer ancestor, plus MPI's ``node`` workers."""
-    names = [rj["name"] for rj in resources_targets(draft)]
-    if draft.ml_policy_kind == "mpi" and draft.job(NODE) is not None and NODE not in names:
-        names.append(NODE)
-    return tuple(names)
-
-
 def _summarise(draft: Draft) -> EffectiveJob:
+    ml = registry.ml_policy_of(draft.runtime_view)
     sets = pod_sets(draft)
     by_name = {ps.name: ps for ps in sets}
     node_rj = draft.node_job()
     node_set = by_name.get(node_rj["name"]) if node_rj is not None else None
-    if draft.ml_policy_kind == "mpi" and draft.job(NODE) is not None:
-        # The launcher is one of the nodes only when it runs as a node.
-        num_nodes = by_name[NODE].pods + (1 if draft.job(LAUNCHER) is not None and is_launcher_as_node(draft) else 0)
-    else:
-        num_nodes = node_set.pods if node_set else 0
+    # Training processes run in the trainer job (its ``node`` container), unless the ML policy says otherwise.
+    trainer_jobs = tuple(rj["name"] for rj in resources_targets(draft))
+    num_nodes = node_set.pods if node_set else 0
+    if isinstance(ml, CountsNodes):
+        trainer_jobs = ml.trainer_jobs(draft)
+        counted = ml.num_nodes(draft, {ps.name: ps.pods for ps in sets})
+        num_nodes = num_nodes if counted is None else counted
     return EffectiveJob(
         name=draft.name,
         namespace=draft.namespace,
@@ -165,9 +137,9 @@ def _summarise(draft: Draft) -> EffectiveJob:
         annotations=dict(draft.annotations),
         spec=draft.spec,
         pod_sets=sets,
-        ml_policy=draft.ml_policy_kind,
+        ml_policy=ml.NAME,
         pod_group_policy=pod_group_policy(draft),
-        trainer_jobs=_trainer_jobs(draft),
+        trainer_jobs=trainer_jobs,
         num_nodes=num_nodes,
         gpus_per_node=node_set.gpus if node_set else 0,
         total_gpus=sum(ps.gpus * ps.pods for ps in sets),

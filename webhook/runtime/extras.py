@@ -16,7 +16,7 @@ from trainguard.webhook.runtime.names import POLICY_EFFECTS_ANNOTATION, SCHEDULE
 
 def apply(draft: Draft) -> None:
     effects: dict[str, object] = {}
-    scheduler = ((draft.trainjob.get("metadata") or {}).get("annotations") or {}).get(SCHEDULER_NAME_ANNOTATION)
+    scheduler = draft.trainjob_view.metadata.annotations.get(SCHEDULER_NAME_ANNOTATION)
     if scheduler:
         applied = []
         for rj, spec in draft.all_pod_specs():

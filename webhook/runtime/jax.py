@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from trainguard.webhook.runtime.draft import Draft, completion_index_env, env, set_trainer_count, upsert_into_container
 from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.plugin import ML
 
-
-def applies(draft: Draft) -> bool:
-    return draft.ml_policy_kind == "jax"
+NAME = "jax"
+KIND = ML
+NEEDS_NODE_JOB = True
 
 
 def enforce(draft: Draft) -> None:
     set_trainer_count(draft)
     rj = draft.trainer_job()
-    if draft.trainer is None or rj is None:
+    if not draft.has_trainer or rj is None:
         return
     upsert_into_container(
         draft,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from trainguard.webhook.api.views import KubeObject, ReplicatedJob, TrainJob, patch_template
 from trainguard.webhook.field import FieldError, forbidden, internal, invalid, required
 from trainguard.webhook.runtime.draft import RUNTIME_NODE_ARGS, Draft, ancestor_of, pod_spec, resources_targets, runtime_patches
-from trainguard.webhook.runtime.merge import override_container, patch_template, upsert
+from trainguard.webhook.runtime.merge import override_container, upsert
 from trainguard.webhook.runtime.names import (
     ANCESTOR_DATASET_INITIALIZER,
     ANCESTOR_MODEL_INITIALIZER,
@@ -57,19 +58,12 @@ def validate(draft: Draft, old_trainjob: Mapping[str, Any] | None, jobset: Mappi
     return _initializer_errors(draft) + _patch_errors(draft) + _patch_update_errors(draft, old_trainjob, jobset)
 
 
-def _container_names(rj: Mapping[str, Any]) -> set[str]:
-    """Names of a job's containers and init containers (upstream checks patch targets against their union)."""
-    pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    return {c.get("name") for c in (pod.get("containers") or []) + (pod.get("initContainers") or [])}
-
-
 def _initializer_errors(draft: Draft) -> list[FieldError]:
     errors: list[FieldError] = []
-    spec = draft.trainjob.get("spec") or {}
-    initializer = spec.get("initializer") or {}
-    ref = spec.get("runtimeRef")
+    # Upstream quotes the runtimeRef as sent (not defaulted) in these messages.
+    ref = draft.trainjob_view.raw_runtime_ref
     for key, job_name, config in (("dataset", DATASET_INITIALIZER, "datasetConfig"), ("model", MODEL_INITIALIZER, "modelConfig")):
-        if initializer.get(key) is None:
+        if draft.trainjob_view.initializer(key) is None:
             continue
         rj = draft.job(job_name)
         if rj is None:
@@ -109,23 +103,20 @@ def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
 def _patch_errors(draft: Draft) -> list[FieldError]:
     errors: list[FieldError] = []
     patches = runtime_patches(draft.trainjob)
-    template_jobs = {
-        rj.get("name"): rj
-        for rj in (((draft.runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-    }
+    template_jobs = {rj.get("name"): rj for rj in draft.runtime_view.template.replicated_jobs()}
     for patch in patches:
         errors += domain_prefixed_path_errors(f"{RUNTIME_PATCHES}.manager", patch.get("manager") or "")
-        for rj_patch in (patch_template(patch).get("spec") or {}).get("replicatedJobs") or []:
+        for rj_patch in patch_template(patch).replicated_jobs():
             name = rj_patch.get("name")
             if name not in template_jobs:
                 errors.append(invalid(RUNTIME_PATCHES, patches, "must not have replicated job that doesn't exist in the runtime job template"))
                 continue
-            names = _container_names(template_jobs[name])
-            pod_patch = (((rj_patch.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-            for c in pod_patch.get("initContainers") or []:
+            # Upstream checks patch targets against the union of the job's containers and init containers.
+            names = template_jobs[name].container_names()
+            for c in rj_patch.containers(init=True):
                 if c.get("name") not in names:
                     errors.append(invalid(RUNTIME_PATCHES, patches, f"must not have initContainer that doesn't exist in the runtime job {name}"))
-            for c in pod_patch.get("containers") or []:
+            for c in rj_patch.containers():
                 if c.get("name") not in names:
                     errors.append(invalid(RUNTIME_PATCHES, patches, f"must not have container that doesn't exist in the runtime job {name}"))
                 elif c.get("env") and c.get("name") in ENV_OWNED_CONTAINERS:
@@ -144,15 +135,14 @@ def _patch_update_errors(
 ) -> list[FieldError]:
     if old_trainjob is None:
         return []
-    old_spec = old_trainjob.get("spec") or {}
-    new_spec = draft.trainjob.get("spec") or {}
-    if (old_spec.get("runtimePatches") or []) == (new_spec.get("runtimePatches") or []):
+    old, new = TrainJob(old_trainjob), draft.trainjob_view
+    if old.runtime_patches == new.runtime_patches:
         return []
-    if not old_spec.get("suspend") and not new_spec.get("suspend"):
+    if not old.suspend and not new.suspend:
         return [forbidden(RUNTIME_PATCHES, "RuntimePatches can only be modified when the TrainJob is suspended before or after the update")]
     if jobset is None:
         return []
-    statuses = (jobset.get("status") or {}).get("replicatedJobsStatus")
+    statuses = KubeObject(jobset).get("status.replicatedJobsStatus")
     if statuses is not None and not isinstance(statuses, list):
         return [internal(RUNTIME_PATCHES, "JobSet status.replicatedJobsStatus is not a list")]
     return [
@@ -171,7 +161,7 @@ def apply_trainer(draft: Draft) -> None:
     for rj in draft.jobs():
         if ancestor_of(rj) in (ANCESTOR_TRAINER, ANCESTOR_DATASET_INITIALIZER, ANCESTOR_MODEL_INITIALIZER):
             rj["replicas"] = 1
-    if trainer is None:
+    if not draft.has_trainer:
         return
     trainer_rj = draft.trainer_job()
     if trainer_rj is not None:
@@ -179,18 +169,17 @@ def apply_trainer(draft: Draft) -> None:
         draft.edit_container(
             trainer_rj,
             NODE,
-            lambda c: override_container(c, image=trainer.get("image"), command=trainer.get("command"), args=trainer.get("args")),
+            lambda c: override_container(c, image=trainer.image, command=trainer.command, args=trainer.args),
         )
-    if trainer.get("env"):
+    if trainer.env:
         for rj in resources_targets(draft):
-            draft.edit_container(rj, NODE, lambda c: override_container(c, env=trainer["env"]))
+            draft.edit_container(rj, NODE, lambda c: override_container(c, env=trainer.env))
 
 
 def apply_initializers(draft: Draft) -> None:
     """STORAGE_URI, user env and the secretRef into the same-named container of each initializer job."""
-    initializer = (draft.trainjob.get("spec") or {}).get("initializer") or {}
     for key, ancestor in (("dataset", ANCESTOR_DATASET_INITIALIZER), ("model", ANCESTOR_MODEL_INITIALIZER)):
-        config = initializer.get(key)
+        config = draft.trainjob_view.initializer(key)
         if config is None:
             continue
         for rj in draft.jobs():
@@ -231,17 +220,17 @@ def is_running(trainjob: Mapping[str, Any], existing: Mapping[str, Any] | None) 
     """A JobSet that exists while neither it nor the TrainJob is suspended must not be re-applied."""
     if existing is None:
         return False
-    return not (trainjob.get("spec") or {}).get("suspend") and not (existing.get("spec") or {}).get("suspend")
+    return not TrainJob(trainjob).suspend and not KubeObject(existing).get("spec.suspend")
 
 
 def build_jobset(trainjob: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str], spec: Mapping[str, Any]) -> dict:
-    meta = trainjob.get("metadata") or {}
-    metadata: dict[str, Any] = {"name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
+    meta = TrainJob(trainjob).metadata
+    metadata: dict[str, Any] = {"name": meta.name, "namespace": meta.namespace}
     if labels:
         metadata["labels"] = dict(labels)
     if annotations:
         metadata["annotations"] = dict(annotations)
     metadata["ownerReferences"] = [owner_reference(trainjob)]
     body = dict(spec)
-    body["suspend"] = bool((trainjob.get("spec") or {}).get("suspend"))
+    body["suspend"] = TrainJob(trainjob).suspend
     return {"apiVersion": JOBSET_API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": body}

@@ -24,6 +24,8 @@ import copy
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
+from trainguard.webhook.api import views
+
 # Field name -> merge key of the list under it. Field names are unambiguous inside a JobSet spec.
 MERGE_KEYS: Mapping[str, str] = {
     "replicatedJobs": "name",
@@ -151,7 +153,7 @@ def typed_patch(value: Any) -> Any:
 
 def patch_template(patch: Mapping[str, Any]) -> Mapping[str, Any]:
     """``runtimePatches[i].trainingRuntimeSpec.template`` (empty when absent)."""
-    return ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
+    return views.patch_template(patch).raw
 
 
 def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapping[str, Any]]) -> dict:

@@ -17,14 +17,19 @@ from trainguard.webhook.runtime.draft import (
     Draft,
     env,
     is_launcher_as_node,
+    resources_targets,
     upsert_into_container,
     upsert_volumes,
 )
-from trainguard.webhook.runtime.keys import KeySource
 from trainguard.webhook.runtime.names import LAUNCHER, NODE
 from trainguard.webhook.runtime.objects import b64, owned_object
+from trainguard.webhook.runtime.plugin import ML, BuildContext, ValidationContext
+from trainguard.webhook.runtime.reserved_env import reserved_env_errors
 from trainguard.webhook.runtime.resources import gpu_count
-from trainguard.webhook.runtime.torch import reserved_env_errors
+
+NAME = "mpi"
+KIND = ML
+NEEDS_NODE_JOB = True
 
 RESERVED_ENVS = (
     "OMPI_MCA_orte_default_hostfile",
@@ -47,23 +52,19 @@ def hostfile_name(job: str) -> str:
     return f"{job}-mpi-hostfile"
 
 
-def applies(draft: Draft) -> bool:
-    return draft.ml_policy_kind == "mpi"
+def policy(draft: Draft) -> Mapping[str, Any]:
+    return draft.ml_policy_source(NAME)
 
 
-def policy(draft: Draft) -> dict:
-    return draft.ml_policy.get("mpi") or {}
-
-
-def validate(draft: Draft) -> list[FieldError]:
+def validate(draft: Draft, ctx: ValidationContext) -> list[FieldError]:
     errors: list[FieldError] = []
-    trainer = draft.trainer
-    if trainer is not None and (trainer.get("numNodes") or 1) >= 2 and is_launcher_as_node(draft):
+    nodes = draft.trainer.num_nodes
+    if draft.has_trainer and (nodes or 1) >= 2 and is_launcher_as_node(draft):
         if draft.job(LAUNCHER) is None or draft.job(NODE) is None:
             errors.append(
                 invalid(
                     "spec.trainer.numNodes",
-                    trainer.get("numNodes"),
+                    nodes,
                     "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either launcher and node",
                 )
             )
@@ -71,7 +72,7 @@ def validate(draft: Draft) -> list[FieldError]:
 
 
 def slots(draft: Draft) -> int:
-    override = (draft.trainer or {}).get("numProcPerNode")
+    override = draft.trainer.num_proc_per_node
     if override is not None:
         return int(override)
     # Upstream defaults only an absent value; an explicit 0 (its CRD sets no lower bound) gives 0 slots.
@@ -150,10 +151,26 @@ def hostfile(draft: Draft) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def build(draft: Draft, trainjob: Mapping[str, Any], *, keys: KeySource, secret_exists: bool) -> list[dict]:
+def trainer_jobs(draft: Draft) -> tuple[str, ...]:
+    """The trainer ancestor (the launcher) and the ``node`` workers."""
+    names = [rj["name"] for rj in resources_targets(draft)]
+    if draft.job(NODE) is not None and NODE not in names:
+        names.append(NODE)
+    return tuple(names)
+
+
+def num_nodes(draft: Draft, pods_by_job: Mapping[str, int]) -> int | None:
+    """The worker pods, plus the launcher only when it runs as a node; None (the trainer job's pods) without workers."""
+    if draft.job(NODE) is None:
+        return None
+    return pods_by_job[NODE] + (1 if draft.job(LAUNCHER) is not None and is_launcher_as_node(draft) else 0)
+
+
+def build(draft: Draft, ctx: BuildContext) -> list[dict]:
+    trainjob = ctx.trainjob
     objects: list[dict] = []
-    if not secret_exists:
-        private_pem, authorized_key = keys.ssh_keypair()
+    if not ctx.existing.mpi_ssh_secret:
+        private_pem, authorized_key = ctx.keys.ssh_keypair()
         secret = owned_object("v1", "Secret", ssh_secret_name(draft.name), trainjob)
         secret.update(
             {

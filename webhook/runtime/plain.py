@@ -7,10 +7,10 @@ those modules call ``enforce`` here first. The trainer's env is upserted by the 
 from __future__ import annotations
 
 from trainguard.webhook.runtime.draft import Draft, set_trainer_count
+from trainguard.webhook.runtime.plugin import ML
 
-
-def applies(draft: Draft) -> bool:
-    return draft.ml_policy_kind in ("plain", "xgboost", "flux")
+NAME = "plain"
+KIND = ML
 
 
 def enforce(draft: Draft) -> None:

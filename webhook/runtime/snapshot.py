@@ -24,8 +24,8 @@ import json
 import re
 from typing import Any, Mapping
 
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.runtime.draft import as_object
-from trainguard.webhook.runtime.names import CLUSTER_TRAINING_RUNTIME_KIND, TRAINER_GROUP
 
 DATA_KEY = "runtime.json"
 # A ConfigMap holds at most 1 MiB; the bound is checked on write and, before any parsing, on read.
@@ -51,7 +51,7 @@ def snapshot_name(trainjob_uid: str) -> str:
 
 def snapshot_owner(configmap: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """(namespace, name, uid) of the TrainJob a snapshot ConfigMap belongs to, from its labels; None if unlabelled."""
-    labels = (configmap.get("metadata") or {}).get("labels") or {}
+    labels = KubeObject(configmap).metadata.labels
     owner = (labels.get(LABEL_OF_NAMESPACE), labels.get(LABEL_OF_NAME), labels.get(LABEL_OF_UID))
     return owner if all(isinstance(v, str) and v for v in owner) else None  # type: ignore[return-value]
 
@@ -86,8 +86,8 @@ def build_runtime_snapshot(trainjob: Any, runtime: Any, namespace: str) -> dict:
 
 def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str]:
     """(kind, apiGroup, name) with the CRD defaults applied."""
-    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    return ref.get("kind") or CLUSTER_TRAINING_RUNTIME_KIND, ref.get("apiGroup") or TRAINER_GROUP, ref.get("name", "")
+    ref = TrainJob(trainjob).runtime_ref
+    return ref.kind, ref.api_group, ref.name
 
 
 def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict:
@@ -112,7 +112,7 @@ def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict
         raise InvalidRuntimeSnapshot("invalid runtime snapshot: not an object")
     kind, group, name = runtime_ref(tj)
     got_group = str(runtime.get("apiVersion", "")).split("/")[0]
-    got = (runtime.get("kind"), got_group, (runtime.get("metadata") or {}).get("name"))
+    got = (runtime.get("kind"), got_group, KubeObject(runtime).metadata.get("name"))
     if got != (kind, group, name):
         raise InvalidRuntimeSnapshot(
             f"invalid runtime snapshot: holds {got[0]}.{got[1]} {got[2]!r}, runtimeRef names {kind}.{group} {name!r}"

@@ -21,22 +21,22 @@ from trainguard.webhook.runtime.draft import (
 )
 from trainguard.webhook.runtime.merge import upsert
 from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.plugin import ML, ValidationContext
+from trainguard.webhook.runtime.reserved_env import reserved_env_errors
 from trainguard.webhook.runtime.resources import cpu_count, gpu_count
 
+NAME = "torch"
+KIND = ML
+NEEDS_NODE_JOB = True
 RESERVED_ENVS = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
 
-def applies(draft: Draft) -> bool:
-    return draft.ml_policy_kind == "torch"
-
-
 def env_injection_targets(draft: Draft) -> list[dict]:
-    return list(((draft.ml_policy.get("torch") or {}).get("envInjection") or {}).get("targets") or [])
+    return list(((draft.ml_policy_source(NAME).get("envInjection") or {}).get("targets")) or [])
 
 
-def validate(draft: Draft) -> list[FieldError]:
+def validate(draft: Draft, ctx: ValidationContext) -> list[FieldError]:
     errors: list[FieldError] = []
-    spec = draft.trainjob.get("spec") or {}
     for target in env_injection_targets(draft):
         rj = draft.job(target.get("jobName", ""))
         names = {c.get("name") for c in draft.containers(rj)} | {c.get("name") for c in draft.containers(rj, init=True)}
@@ -55,17 +55,8 @@ def validate(draft: Draft) -> list[FieldError]:
     return errors
 
 
-def reserved_env_errors(draft: Draft, reserved: tuple[str, ...]) -> list[FieldError]:
-    """``spec.trainer.env`` must not set envs the framework owns (one error listing them all, sorted)."""
-    trainer_env = (draft.trainer or {}).get("env") or []
-    clashes = sorted({e.get("name") for e in trainer_env if e.get("name") in reserved})
-    if not clashes:
-        return []
-    return [invalid("spec.trainer.env", trainer_env, f"must not have reserved envs, invalid envs configured: [{' '.join(clashes)}]")]
-
-
 def num_proc_per_node(draft: Draft) -> str:
-    value = (draft.trainer or {}).get("numProcPerNode")
+    value = draft.trainer.num_proc_per_node
     if value is not None:
         return str(value)
     node = draft.container(draft.node_job(), NODE) or {}
@@ -87,7 +78,7 @@ def enforce(draft: Draft) -> None:
     draft.facts["torch_nproc_per_node"] = nproc
     rank = completion_index_env("PET_NODE_RANK")
     master = [env("PET_MASTER_ADDR", master_address(draft)), env("PET_MASTER_PORT", TRAINER_PORT)]
-    if draft.trainer is not None and trainer_rj is not None:
+    if draft.has_trainer and trainer_rj is not None:
         envs = [env("PET_NNODES", nnodes), env("PET_NPROC_PER_NODE", nproc), rank]
         if torchtune.is_torchtune(draft):
             torchtune.enforce(draft, trainer_rj, nnodes)

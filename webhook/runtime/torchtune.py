@@ -23,7 +23,7 @@ DORA_ARG = "model.use_dora"
 
 
 def is_torchtune(draft: Draft) -> bool:
-    return list((draft.trainer or {}).get("command") or []) == ENTRYPOINT
+    return list(draft.trainer.command or []) == ENTRYPOINT
 
 
 def model_name(runtime_name: str) -> str:
@@ -70,22 +70,20 @@ def recipe_and_config(model: str, num_nodes: int, nproc: int | None, gpus: int, 
 
 
 def _inputs(draft: Draft) -> tuple[str, int, int | None, int, list[str]]:
-    trainer = draft.trainer or {}
-    runtime_name = ((draft.trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name", "")
+    trainer = draft.trainer
     node = draft.container(draft.node_job(), NODE) or {}
     return (
-        model_name(runtime_name),
-        int(trainer.get("numNodes") or 1),
-        trainer.get("numProcPerNode"),
+        model_name(draft.runtime_ref.name),
+        int(trainer.num_nodes or 1),
+        trainer.num_proc_per_node,
         gpu_count(node.get("resources")),
-        list(trainer.get("args") or []),
+        list(trainer.args or []),
     )
 
 
 def validate(draft: Draft) -> list[FieldError]:
     errors: list[FieldError] = []
-    trainer = draft.trainer or {}
-    runtime_name = ((draft.trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name", "")
+    runtime_name = draft.runtime_ref.name
     model, num_nodes, nproc, gpus, args = _inputs(draft)
     if model not in SUPPORTED_MODELS:
         errors.append(invalid("spec.runtimeRef.name", runtime_name, f"must have a supported pretrained model, invalid model configured: {model}"))
@@ -97,7 +95,7 @@ def validate(draft: Draft) -> list[FieldError]:
             errors.append(invalid("spec.runtimeRef.name", runtime_name, f"QLoRA is not supported for {model} model"))
         if "_qlora_single_device" not in config and model in ("llama3_2/1B", "llama3_2/3B"):
             errors.append(invalid("spec.trainer.numProcPerNode", "auto" if nproc is None else nproc, f"must be auto or 1 for {model} model when using QLoRA"))
-            errors.append(invalid("spec.trainer.resourcesPerNode", trainer.get("resourcesPerNode"), f"must have gpu resource with value 1 for {model} model when using QLoRA"))
+            errors.append(invalid("spec.trainer.resourcesPerNode", draft.trainer.resources_per_node, f"must have gpu resource with value 1 for {model} model when using QLoRA"))
     if num_nodes > 1 and uses_lora(args):
         errors.append(invalid("spec.trainer.numNodes", num_nodes, "LoRA fine-tuning is not supported for multi-node training in TorchTune"))
     for i, arg in enumerate(args):
@@ -109,16 +107,13 @@ def validate(draft: Draft) -> list[FieldError]:
 
 def _runtime_overrides(draft: Draft) -> list[str]:
     """Immutable ``key=value`` items of the runtime's own trainer command (patches cannot change commands)."""
-    template = ((draft.runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
     out: list[str] = []
-    for rj in template.get("replicatedJobs") or []:
-        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if labels.get("trainer.kubeflow.org/trainjob-ancestor-step") != ANCESTOR_TRAINER:
+    for rj in draft.runtime_view.template.replicated_jobs():
+        if rj.ancestor != ANCESTOR_TRAINER:
             continue
-        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-        for c in pod.get("containers") or []:
-            if c.get("name") == NODE:
-                out += [item for item in c.get("command") or [] if item.split("=", 1)[0] in IMMUTABLE_CONFIGS]
+        for c in rj.containers():
+            if c.name == NODE:
+                out += [item for item in c.command if item.split("=", 1)[0] in IMMUTABLE_CONFIGS]
     return out
 
 

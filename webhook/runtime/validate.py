@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any
 
+from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import FieldError, invalid
-from trainguard.webhook.runtime import flux, jobset, mpi, torch, volcano, xgboost
+from trainguard.webhook.runtime import jobset, registry
 from trainguard.webhook.runtime.draft import Draft, as_object, prepare
 from trainguard.webhook.runtime.merge import MergeError
-
-_ML_VALIDATORS = {"torch": torch.validate, "mpi": mpi.validate, "xgboost": xgboost.validate, "flux": flux.validate}
+from trainguard.webhook.runtime.plugin import ValidatesTrainJob, ValidationContext
 
 
 def validate_trainjob(
@@ -31,16 +31,14 @@ def validate_trainjob(
     try:
         draft = prepare(trainjob, runtime)
     except MergeError as e:
-        tj = as_object(trainjob)
-        return [invalid("spec.runtimePatches", (tj.get("spec") or {}).get("runtimePatches"), str(e))], []
+        return [invalid("spec.runtimePatches", TrainJob(as_object(trainjob)).get("spec.runtimePatches"), str(e))], []
     old = as_object(old_trainjob) if old_trainjob is not None else None
     live = as_object(jobset_obj) if jobset_obj is not None else None
+    ctx = ValidationContext(old_trainjob=old, jobset=live, priority_classes=priority_classes)
     errors = num_nodes_errors(draft) + jobset.validate(draft, old, live)
-    validator = _ML_VALIDATORS.get(draft.ml_policy_kind)
-    if validator is not None:
-        errors += validator(draft)
-    if volcano.applies(draft):
-        errors += volcano.validate(draft, priority_classes)
+    for plugin in registry.active(draft.runtime_view):
+        if isinstance(plugin, ValidatesTrainJob):
+            errors += plugin.validate(draft, ctx)
     return errors, []
 
 

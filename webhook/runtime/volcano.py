@@ -7,23 +7,24 @@ against a set of names the caller supplies (the admission server's cache), keepi
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Mapping
+from typing import Any
 
 from trainguard.webhook.field import FieldError, invalid
 from trainguard.webhook.runtime.coscheduling import gang_size
 from trainguard.webhook.runtime.draft import Draft, pod_metadata
 from trainguard.webhook.runtime.objects import owned_object
+from trainguard.webhook.runtime.plugin import POD_GROUP, BuildContext, ValidationContext
 
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
+NAME = "volcano"
+KIND = POD_GROUP
 
-def applies(draft: Draft) -> bool:
-    return draft.pod_group_policy.get("volcano") is not None
 
-
-def validate(draft: Draft, priority_classes: AbstractSet[str] | None) -> list[FieldError]:
+def validate(draft: Draft, ctx: ValidationContext) -> list[FieldError]:
+    priority_classes = ctx.priority_classes
     errors: list[FieldError] = []
     if QUEUE_ANNOTATION in draft.annotations and draft.annotations[QUEUE_ANNOTATION] == "":
         errors.append(invalid(f"spec.annotations[{QUEUE_ANNOTATION}]", "", "Volcano queue name must not be empty"))
@@ -52,9 +53,11 @@ def enforce(draft: Draft) -> None:
         meta["annotations"] = {**(meta.get("annotations") or {}), GROUP_NAME_ANNOTATION: draft.name}
 
 
-def build(draft: Draft, pod_sets, trainjob: Mapping[str, Any]) -> dict:
-    policy = draft.pod_group_policy.get("volcano") or {}
-    members, resources = gang_size(pod_sets)
+def build(draft: Draft, ctx: BuildContext) -> list[dict]:
+    if ctx.existing.podgroup and not ctx.suspended:
+        return []  # frozen once created, unless the TrainJob is suspended
+    policy = draft.pod_group_policy_source(NAME)
+    members, resources = gang_size(ctx.pod_sets)
     spec: dict[str, Any] = {"minMember": members, "minResources": resources}
     if draft.annotations.get(QUEUE_ANNOTATION):
         spec["queue"] = draft.annotations[QUEUE_ANNOTATION]
@@ -67,6 +70,6 @@ def build(draft: Draft, pod_sets, trainjob: Mapping[str, Any]) -> dict:
             "mode": topology.get("mode", "hard"),
             "highestTierAllowed": topology.get("highestTierAllowed", 1),
         }
-    pod_group = owned_object("scheduling.volcano.sh/v1beta1", "PodGroup", draft.name, trainjob)
+    pod_group = owned_object("scheduling.volcano.sh/v1beta1", "PodGroup", draft.name, ctx.trainjob)
     pod_group["spec"] = spec
-    return pod_group
+    return [pod_group]

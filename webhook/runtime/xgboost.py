@@ -9,19 +9,20 @@ from trainguard.webhook.field import FieldError, forbidden
 from trainguard.webhook.runtime import plain
 from trainguard.webhook.runtime.draft import Draft, completion_index_env, env, upsert_into_container
 from trainguard.webhook.runtime.names import NODE, TRAINER_PORT
+from trainguard.webhook.runtime.plugin import ML, ValidationContext
 from trainguard.webhook.runtime.resources import gpu_count
+
+NAME = "xgboost"
+KIND = ML
+NEEDS_NODE_JOB = True
 
 RESERVED_ENVS = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
 
 
-def applies(draft: Draft) -> bool:
-    return draft.ml_policy_kind == "xgboost"
-
-
-def validate(draft: Draft) -> list[FieldError]:
+def validate(draft: Draft, ctx: ValidationContext) -> list[FieldError]:
     return [
         forbidden(f"spec.trainer.env[{i}]", f"{e.get('name')} is reserved for the XGBoost runtime")
-        for i, e in enumerate((draft.trainer or {}).get("env") or [])
+        for i, e in enumerate(draft.trainer.env)
         if e.get("name") in RESERVED_ENVS
     ]
 
@@ -29,7 +30,7 @@ def validate(draft: Draft) -> list[FieldError]:
 def enforce(draft: Draft) -> None:
     plain.enforce(draft)
     rj = draft.trainer_job()
-    if draft.trainer is None or rj is None:
+    if not draft.has_trainer or rj is None:
         return
     workers_per_node = gpu_count((draft.container(draft.node_job(), NODE) or {}).get("resources")) or 1
     upsert_into_container(

@@ -263,6 +263,31 @@ async def test_unsupported_runtime_kind_fails_the_job() -> None:
     assert not [v for v in kube.verbs() if v[0] == "apply"]
 
 
+@pytest.mark.parametrize("ref, served", [
+    ({"name": "rt"}, True),
+    ({"name": "rt", "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"}, True),
+    ({"name": "rt", "kind": ""}, False),  # upstream keys its registry ".trainer.kubeflow.org": no runtime
+    ({"name": "rt", "apiGroup": ""}, False),  # "ClusterTrainingRuntime" without a group: no runtime
+], ids=["defaults", "explicit", "empty-kind", "empty-group"])
+async def test_the_reconciler_reads_the_runtime_ref_as_the_webhook_does(ref, served) -> None:
+    """One reading of the runtimeRef (``trainguard.webhook.api.views.RuntimeRef``): an empty kind is not defaulted
+    by the reconciler while the webhook calls it unsupported (the two used to disagree on ``kind: ""``)."""
+    from trainguard.webhook.policy.runtime_ref import UnsupportedRuntime, resolve_runtime
+
+    job = trainjob()
+    job["spec"]["runtimeRef"] = ref
+    try:
+        resolve_runtime(job, "ns", ClusterSnapshot(cluster_training_runtimes={"rt": runtime()}))
+        webhook_serves = True
+    except UnsupportedRuntime:
+        webhook_serves = False
+    r, kube, _ = reconciler(job, rt=runtime())
+    await r.reconcile("ns", "job")
+    reasons = [c[4]["status"]["conditions"][0].get("reason") for c in kube.calls if c[0] == "patch" and c[3] == "status"]
+    built = any(v[0] == "apply" for v in kube.verbs())
+    assert (webhook_serves, built, "TrainingRuntimeNotSupported" in reasons) == (served, served, not served)
+
+
 async def test_trainjob_deleted_during_its_reconcile_is_done_not_an_error() -> None:
     """The cache still held the TrainJob, the apiserver no longer does: the status write's 404 ends the reconcile
     (no retry with backoff, no error metric, no events about a deleted object)."""
