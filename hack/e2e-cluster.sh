@@ -9,8 +9,8 @@
 #     its validating/mutating webhooks registered by URL (https://127.0.0.1:PORT) and a serving certificate from
 #     the cluster CA (its internal cert management assumes an in-cluster Service, so it is off)
 # and E2E_NODES (4) fake nodes with E2E_GPUS_PER_NODE (8) nvidia.com/gpu each, labelled kubernetes.io/hostname
-# and nvidia.com/gpu.clique (two nodes per clique). The CRDs (JobSet, scheduler-plugins PodGroup, trainguard's
-# crds/) are installed before the controllers start.
+# and nvidia.com/gpu.clique (E2E_NODES_PER_CLIQUE (2) nodes per clique). The CRDs (JobSet, scheduler-plugins
+# PodGroup, trainguard's crds/) are installed before the controllers start.
 #
 # E2E_ROLE=manager starts only kube-controller-manager beside the apiserver (no scheduler, kwok, JobSet controller
 # or nodes): a MultiKueue manager cluster, which runs no pods of its own but needs the garbage collector (a deleted
@@ -38,6 +38,7 @@ state=$TRAINGUARD_CLUSTER_DIR
 e2e=$state/e2e
 nodes=${E2E_NODES:-4}
 gpus=${E2E_GPUS_PER_NODE:-8}
+per_clique=${E2E_NODES_PER_CLIQUE:-2}
 succeed_image=${E2E_SUCCEED_IMAGE:-trainguard.invalid/e2e/succeed:v1}
 run_ms=${E2E_POD_RUN_MS:-2000}
 role=${E2E_ROLE:-worker}
@@ -174,7 +175,7 @@ metadata:
     kubernetes.io/arch: amd64
     nvidia.com/gpu.present: "true"
     nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
-    nvidia.com/gpu.clique: clique-$((i / 2))
+    nvidia.com/gpu.clique: clique-$((i / per_clique))
 status:
   capacity: {cpu: "128", memory: 2Ti, pods: "110", nvidia.com/gpu: "$gpus"}
   allocatable: {cpu: "128", memory: 2Ti, pods: "110", nvidia.com/gpu: "$gpus"}
