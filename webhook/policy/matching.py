@@ -34,13 +34,42 @@ def application_order(policies: Iterable[Policy]) -> list[Policy]:
     return sorted(policies, key=lambda p: (-p.spec.priority, p.name))
 
 
+# Parsed policies by (uid, resourceVersion): every review reads every stored policy, and parsing one through the API
+# model costs more than the rest of the matching. The apiserver gives a stored object a new resourceVersion on every
+# change, so a hit is the same object; objects without both (files given to ``render``, tests) are parsed each
+# time. ``Policy`` is frozen, so one parsed value can be shared by concurrent reviews. Bounded: a cluster churning
+# through policies cannot grow it without limit.
+_PARSED: dict[tuple[str, str], Policy | tuple[str, str, Any, str]] = {}
+_PARSED_MAX = 4096
+
+
+def _parse_cached(obj: dict[str, Any]) -> Policy:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid, rv = (meta.get("uid"), meta.get("resourceVersion")) if isinstance(meta, dict) else (None, None)
+    if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+        return parse_policy(obj)
+    key = (uid, rv)
+    hit = _PARSED.get(key)
+    if hit is None:
+        try:
+            hit = parse_policy(obj)
+        except PolicyParseError as e:
+            hit = (e.policy, e.path, e.value, e.detail)  # a fresh exception per raise: no traceback chain kept
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = hit
+    if isinstance(hit, tuple):
+        raise PolicyParseError(*hit)
+    return hit
+
+
 def parse_all(objects: Mapping[str, dict[str, Any]]) -> tuple[list[Policy], list[str]]:
     """Parse every stored policy; an unreadable one is reported (as a warning) instead of breaking admission."""
     policies: list[Policy] = []
     problems: list[str] = []
     for name in sorted(objects):
         try:
-            policies.append(parse_policy(objects[name]))
+            policies.append(_parse_cached(objects[name]))
         except PolicyParseError as e:
             problems.append(f"{e} (policy ignored)")
     return policies, problems
