@@ -85,14 +85,20 @@ def scheduling_findings(obj: dict[str, Any], matched: Iterable[Policy]) -> list[
     return found
 
 
+UNSET: Any = object()  # "not computed by the caller" (None is a valid effective job: unbuildable)
+
+
 def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy], *,
-             scheduling: bool = True) -> list[Finding]:
+             scheduling: bool = True, effective: Any = UNSET) -> list[Finding]:
     """Every policy finding for ``obj`` built from ``runtime``: limits of every matching policy, the topology fit of
-    the policy that decides topology, and (with ``scheduling``) the scheduling labels."""
+    the policy that decides topology, and (with ``scheduling``) the scheduling labels. ``effective``: the caller's
+    ``framework.effective_job_or_none(obj, runtime)`` when it already has it (building the job is the costly part
+    of a review), otherwise computed here."""
     if not matched:
         return []
     out: list[Finding] = []
-    effective = framework.effective_job_or_none(obj, runtime)
+    if effective is UNSET:
+        effective = framework.effective_job_or_none(obj, runtime)
     if effective is None:
         for policy in matched:
             if _limits_anything(policy):

@@ -45,7 +45,7 @@ from typing import Any
 from trainguard.webhook.field import FieldError, aggregate
 from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
-from trainguard.webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, Finding, findings
+from trainguard.webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, UNSET, Finding, findings
 from trainguard.webhook.policy.matching import matching_policies, parse_all
 from trainguard.webhook.policy.policy_model import Policy
 from trainguard.webhook.policy.policy_rules import policy_errors
@@ -160,12 +160,15 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         return _decide(list(upstream), warnings, UPSTREAM)
 
     cache_errors = dataset_cache.reference_errors(obj, old, namespace, snapshot.dataset_caches)
-    identity_errors = _introduced(agent_identity.trainjob_errors(obj, runtime),
-                                  agent_identity.trainjob_errors(old, runtime) if old is not None else [])
+    # built once for the agent-identity check and the policy findings (the costly part of a review)
+    effective = framework.effective_job_or_none(obj, runtime)
+    identity_errors = _introduced(
+        agent_identity.agent_identity_errors(effective.spec) if effective is not None else [],
+        agent_identity.trainjob_errors(old, runtime) if old is not None else [])
     policies, problems = parse_all(snapshot.policies)
     warnings += problems
     if review.operation == "CREATE" or old is None:
-        found = _policy_findings(obj, runtime, namespace, snapshot, policies)
+        found = _policy_findings(obj, runtime, namespace, snapshot, policies, effective)
     else:
         judges = judging_policies(
             matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime),
@@ -185,9 +188,9 @@ def _introduced(errors: list[FieldError], before: list[FieldError]) -> list[Fiel
 
 
 def _policy_findings(obj: dict[str, Any], runtime: dict[str, Any], namespace: str, snapshot: ClusterSnapshot,
-                     policies: list[Policy]) -> list[Finding]:
+                     policies: list[Policy], effective: Any = UNSET) -> list[Finding]:
     matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
-    return findings(obj, runtime, matched)
+    return findings(obj, runtime, matched, effective=effective)
 
 
 def _by_reason(found: list[Finding]) -> list[Finding]:
