@@ -1,25 +1,40 @@
-"""The node-local dataset cache (issue 7).
+"""The node-local dataset cache: the client training code imports, and the node agent.
 
-Modules:
+What training code uses (standard library only; ``pip install --no-deps trainguard`` is enough in a training image)::
 
-* ``daemonset``: pure builders the reconciler calls for each DatasetCache::
+    from trainguard.cache import open_shard, open_shards, pin
+    with open_shard("train/00042.bin") as shard:        # Shard: .view (read-only memoryview), .numpy(), .torch()
+        ...
+    for shard in open_shards(names):                     # batched: one round trip per 32 shards
+        ...
+    with pin(shard.view):                                # CUDA host registration for DMA (``pinning``)
+        ...
 
-      build_daemonset(cache, *, image: str, sources: DatasetCacheSources, image_pull_policy="IfNotPresent",
-                      report_to_pod=True) -> dict       # SourceNotAllowed unless the admin allows the source
-      build_agent_rbac(cache) -> list[dict]          # ServiceAccount, Role, RoleBinding (apply before the DaemonSet)
-      compute_status(cache, daemonset: dict | None, pods: list[dict], *, now: datetime,
-                     previous: dict | None = None) -> dict   # {nodesDesired, nodesReady, bytesResident,
-                                                             #  observedGeneration, conditions: [Ready]}
-      selector_labels(cache_name) -> dict            # to list the agent pods
-      agent_name(cache_name) -> str                  # name of the DaemonSet / ServiceAccount / Role
+Modules, one deployable each side:
 
-  ``cache`` is the DatasetCache as the API model or as its wire dict. All objects carry a controller
-  ownerReference to the DatasetCache, so deleting the cache garbage-collects them. Raises
-  ``DatasetCacheSpecError`` when the spec cannot be built.
+* the client: ``client`` (``CacheClient``, ``open_shard``, ``open_shards``), ``pinning`` (``pin``, CUDA via ctypes);
+* the node agent, ``trainguard cache-agent``: ``main`` (the command), ``agent`` (socket server, residency manager,
+  probes and metrics), ``index``, ``pages`` (mmap/mincore), ``protocol`` (the wire format both sides speak),
+  ``report`` (the annotations an agent writes on its own Pod). The agent imports neither pydantic nor
+  ``trainguard.webhook`` (``tests/unit/test_layout.py``).
 
-* ``main``: ``trainguard cache-agent``, the agent (``agent``, ``index``, ``pages``, ``protocol``, ``metrics``).
-* ``client``: what training code imports (standard library only): ``open_shard(name) -> Shard``,
-  ``open_shards(names) -> Iterator[Shard]`` (batched: one round trip per 32 shards), ``pin``.
-
-The JobSet side (mount the socket directory, set env) is ``trainguard.webhook.runtime.dataset_cache.wire_dataset_cache``.
+The control plane's side lives with the reconciler: the DaemonSet builder (``trainguard.controller.reconcile.
+cache_daemonset``), the agents' ValidatingAdmissionPolicy (``cache_agent_policy``) and the JobSet wiring
+(``trainguard.webhook.runtime.dataset_cache.wire_dataset_cache``).
 """
+
+from trainguard.cache.client import CacheClient, CacheError, CacheUnavailable, Shard, open_shard, open_shards
+from trainguard.cache.pinning import PinnedRange, PinningUnavailable, pin, unpin
+
+__all__ = [
+    "CacheClient",
+    "CacheError",
+    "CacheUnavailable",
+    "PinnedRange",
+    "PinningUnavailable",
+    "Shard",
+    "open_shard",
+    "open_shards",
+    "pin",
+    "unpin",
+]

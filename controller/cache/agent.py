@@ -64,10 +64,11 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from trainguard.cache import pages
 from trainguard.cache.index import ShardEntry, ShardIndex, checksum_fd
+from trainguard.cache.report import Reporter  # (bytes resident, shards, warm)
+from trainguard.process.probes import Probe, probe_app, serve_probes
 from trainguard.cache.protocol import (
     HEADER,
     LIST_PAGE_LIMIT,
@@ -83,7 +84,6 @@ from trainguard.cache.protocol import (
 
 log = logging.getLogger("trainguard.cache.agent")
 
-Reporter = Callable[[int, int, bool], Awaitable[None]]  # (bytes resident, shards, warm)
 
 
 @dataclass
@@ -291,28 +291,16 @@ class CacheAgent:
         return server
 
     async def _start_http(self) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
+        # Bound here, not by the server, so port 0 (tests) is resolved before the probes answer.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.config.http_host, self.config.http_port or 0))
         self.http_port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        app = probe_app(ready=self._probe, metrics=lambda: generate_latest(self.metrics.registry))
+        self._runner = await serve_probes(app, sock=sock)
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        if self.ready:
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="warm set not resident yet\n")
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def _probe(self) -> Probe:
+        return Probe(True) if self.ready else Probe(False, "warm set not resident yet\n")
 
     # -- serving -----------------------------------------------------------------------------------------
     async def _accept_loop(self) -> None:

@@ -5,34 +5,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
-import resource
-import signal
 import stat
 import sys
-from typing import Any
+from typing import Callable
 
-from trainguard.webhook.cli import Run
+from trainguard.cache.report import pod_reporter
+from trainguard.process import configure_logging, raise_nofile_limit, stop_event
+
+# The `trainguard` CLI's subcommand contract (``trainguard.webhook.cli.Run``), restated so the agent imports nothing
+# of the control plane.
+Run = Callable[[argparse.Namespace], int]
 
 log = logging.getLogger("trainguard.cache.agent")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and the record's ``extra={"fields": {...}}``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        line.update(getattr(record, "fields", None) or {})
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
 
 
 def configure(parser: argparse.ArgumentParser) -> Run:
@@ -76,9 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
 
 
 def run(args: argparse.Namespace) -> int:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+    configure_logging(args.log_level)
     if args.prepare_socket_dir:
         return prepare_socket_dir(args.prepare_socket_dir, args.owner_uid, args.socket_group)
     if not args.root:
@@ -114,23 +98,11 @@ def prepare_socket_dir(path: str, uid: int, gid: int | None = None) -> int:
     return 0
 
 
-def raise_open_file_limit() -> int:
-    """Raise RLIMIT_NOFILE's soft limit to the hard one (allowed unprivileged) and return it: connections need
-    descriptors, and the kernel bounds descriptors in flight by it (see ``agent``)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as exc:
-            log.warning("could not raise RLIMIT_NOFILE", extra={"fields": {"error": str(exc)}})
-    return soft
-
-
 async def _serve(args: argparse.Namespace) -> int:
     from trainguard.cache.agent import AgentConfig, CacheAgent
 
-    raise_open_file_limit()
+    nofile = raise_nofile_limit()
+    log.info("open-files limit", extra={"soft_before": nofile.soft_before, "soft": nofile.soft, "hard": nofile.hard})
     config = AgentConfig(
         root=args.root,
         socket_path=args.socket,
@@ -148,40 +120,9 @@ async def _serve(args: argparse.Namespace) -> int:
         maintain_interval=args.maintain_interval,
         rescan_interval=args.rescan_interval,
     )
-    agent = CacheAgent(config, reporter=_pod_reporter() if args.report_to_pod else None)
+    agent = CacheAgent(config, reporter=pod_reporter() if args.report_to_pod else None)
     await agent.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await stop_event().wait()
     log.info("stopping")
     await agent.stop()
     return 0
-
-
-def _pod_reporter():
-    """Patch bytes resident / shard count / warm onto this Pod's annotations (read by ``daemonset.compute_status``)."""
-    from kubernetes import client, config
-
-    from trainguard.cache.daemonset import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
-
-    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
-    if not name or not namespace:
-        raise RuntimeError("--report-to-pod needs POD_NAME and POD_NAMESPACE (downward API)")
-    config.load_incluster_config()
-    api = client.CoreV1Api()
-
-    async def report(bytes_resident: int, shards: int, warm: bool) -> None:
-        body = {
-            "metadata": {
-                "annotations": {
-                    ANNOTATION_BYTES_RESIDENT: str(bytes_resident),
-                    ANNOTATION_SHARDS: str(shards),
-                    ANNOTATION_WARM: "true" if warm else "false",
-                }
-            }
-        }
-        await asyncio.to_thread(api.patch_namespaced_pod, name, namespace, body)
-
-    return report

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainguard.cache.daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
+from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
 from trainguard.controller.reconcile.datasetcache import DatasetCacheReconciler
 from trainguard.controller.reconcile.enforcement import blocked_trainjobs
 from trainguard.controller.reconcile.events import EventRecorder

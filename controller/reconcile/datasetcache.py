@@ -1,6 +1,6 @@
 """The DatasetCache reconciler: agent RBAC + DaemonSet applied, status written back.
 
-The builders and the status function are the cache engineer's pure code (``trainguard.cache.daemonset``); this
+The builders and the status function are pure code beside it (``cache_daemonset``); this
 module only does the I/O: server-side apply under the field manager ``trainguard`` (force), then a merge patch on
 ``/status`` when the computed status differs. Children carry a controller ownerReference to the DatasetCache,
 so deleting the cache garbage-collects them.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from trainguard.cache.daemonset import (
+from trainguard.controller.reconcile.cache_daemonset import (
     DatasetCacheSpecError,
     SourceNotAllowed,
     agent_name,

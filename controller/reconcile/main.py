@@ -18,11 +18,11 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 import uuid
 from typing import Any
 
+from trainguard.process import configure_logging, stop_event
 from trainguard.webhook.cli import Run
 from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
 from trainguard.webhook.kube.config import load_config
@@ -64,7 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--log-level", default="INFO")
 
     def run(args: argparse.Namespace) -> int:
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(args.log_level)
         try:
             return asyncio.run(serve_controller(args))
         except ValueError as err:
@@ -97,10 +97,7 @@ async def serve_controller(args: argparse.Namespace) -> int:
             renew_deadline=args.leader_elect_renew_deadline,
             retry_period=args.leader_elect_retry_period,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
 
     metrics = Metrics()
     sources = dataset_cache_sources(args)

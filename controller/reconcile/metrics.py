@@ -15,8 +15,9 @@ import contextvars
 from typing import Any, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from trainguard.process.probes import Probe, probe_app, serve_probes
 from trainguard.webhook.kube.client import KubeClient
 
 _requests: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("trainguard_api_requests", default=None)
@@ -67,22 +68,11 @@ async def serve(metrics: Metrics, host: str, port: int, ready: Callable[[], bool
                 before_scrape: Callable[[], None] = lambda: None) -> web.AppRunner:
     """Start the HTTP endpoints; returns the runner (``await runner.cleanup()`` to stop)."""
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    def probe() -> Probe:
+        return Probe(True) if ready() else Probe(False, "caches not synced\n")
 
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok") if ready() else web.Response(status=503, text="caches not synced")
-
-    async def scrape(_: web.Request) -> web.Response:
+    def scrape() -> bytes:
         before_scrape()
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return metrics.render()
 
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", scrape)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host or None, port)
-    await site.start()
-    return runner
+    return await serve_probes(probe_app(ready=probe, metrics=scrape), host, port)

@@ -36,7 +36,7 @@ from kubernetes import client as k8s
 from trainguard.cache import main as agent_main
 from trainguard.cache.agent import AgentConfig, CacheAgent
 from trainguard.cache.client import CacheClient, CacheError
-from trainguard.cache.daemonset import agent_name
+from trainguard.controller.reconcile.cache_daemonset import agent_name
 from tests.integration.reconcile.reconcile_harness import Api, ControllerProcess, wait_for
 from tests.unit.cache.test_starvation import in_child
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, SOCKET_GROUP_ID, socket_host_directory

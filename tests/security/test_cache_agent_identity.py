@@ -12,11 +12,11 @@ b. from a Pod running as the agent ServiceAccount (``serviceAccountName`` in a T
    the Pods (they stay Pending) and mints the Pod-bound token the kubelet would project
    (``--bound-object-kind Pod``, which carries the ``authentication.kubernetes.io/pod-name``/``pod-uid`` extra).
 
-With ``trainguard.cache.agent_policy`` installed (the chart's ValidatingAdmissionPolicy, scoped here to the test's
-namespace), every such attempt is denied by the apiserver itself, while the agent's real reporter
-(``controller/cache/main.py`` ``_pod_reporter``, run in a child process with the Pod-bound token as its in-cluster
-credentials) still patches its own Pod. Each attack is first shown to succeed without the policy, so the denial is
-the policy's doing, not RBAC's.
+With ``trainguard.controller.reconcile.cache_agent_policy`` installed (the chart's ValidatingAdmissionPolicy, scoped
+here to the test's namespace), every such attempt is denied by the apiserver itself, while the agent's real reporter
+(``controller/cache/report.py`` ``pod_reporter``, run in a child process with the Pod-bound token as its in-cluster
+credentials) still patches its own Pod. Each attack is first shown to succeed without the policy, so the denial is the
+policy's doing, not RBAC's.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from trainguard.cache.agent_policy import POLICY_NAME, agent_admission_policy
-from trainguard.cache.daemonset import (
+from trainguard.controller.reconcile.cache_agent_policy import POLICY_NAME, agent_admission_policy
+from trainguard.controller.reconcile.cache_daemonset import (
     ANNOTATION_BYTES_RESIDENT,
     ANNOTATION_SHARDS,
     ANNOTATION_WARM,
@@ -247,8 +247,8 @@ REPORTER = textwrap.dedent("""
     import asyncio, sys
     from kubernetes.config import incluster_config
     incluster_config.SERVICE_TOKEN_FILENAME, incluster_config.SERVICE_CERT_FILENAME = sys.argv[1], sys.argv[2]
-    from trainguard.cache.main import _pod_reporter
-    asyncio.run(_pod_reporter()(123456789, 7, True))
+    from trainguard.cache.report import pod_reporter
+    asyncio.run(pod_reporter()(123456789, 7, True))
 """)
 
 

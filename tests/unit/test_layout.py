@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # Modules that may do I/O; everything else in webhook/ is pure so the webhook, the reconciler and `render` share it.
-IO_PACKAGES = ("webhook/admission/", "webhook/kube/")
+IO_PACKAGES = ("webhook/admission/", "webhook/kube/", "webhook/process/")
 IO_MODULES = {"socket", "ssl", "aiohttp", "kubernetes", "subprocess", "requests", "urllib.request", "http.client"}
 
 
@@ -147,6 +147,74 @@ def test_kube_sits_below_the_policy_engine(path: Path) -> None:
     bad = [(line, mod) for line, mod in imports_of(path)
            if mod.startswith(("trainguard.webhook.policy", "trainguard.webhook.runtime"))]
     assert not bad, f"{path.relative_to(REPO)} imports {bad}: webhook/kube must not depend on the policy engine or runtime"
+
+
+# The dataset cache is two deployables of its own: the client (in training images, installed with --no-deps) and
+# the node agent (`trainguard cache-agent`). Neither imports the control plane: the DaemonSet builder and the agents'
+# admission policy live with the reconciler (controller/reconcile/cache_*.py), which imports the cache, not the other
+# way round. Nothing from trainguard.webhook or trainguard.controller is allowed; trainguard.process (the process
+# shell, standing alone) is, for the agent; the agent's third-party imports are the ones listed.
+CACHE = REPO / "controller" / "cache"
+CACHE_CLIENT = ("__init__.py", "client.py", "pinning.py", "pages.py", "protocol.py")
+# numpy and torch: imported inside Shard.numpy()/Shard.torch() only, for callers who have them.
+CACHE_CLIENT_OPTIONAL = {"numpy", "torch"}
+CACHE_AGENT_THIRD_PARTY = {"aiohttp", "prometheus_client", "kubernetes"}
+# The process shell (logs, probes, signals) the agent shares with the webhook and the controller.
+SHELL_PACKAGE = "trainguard.process"
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+@pytest.mark.parametrize("path", sorted(CACHE.glob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_cache_imports_nothing_of_the_control_plane(path: Path) -> None:
+    import sys
+
+    bad = [(line, mod) for line, mod in imports_of(path)
+           if not mod.startswith(("trainguard.cache", SHELL_PACKAGE)) and _top(mod) not in sys.stdlib_module_names
+           and _top(mod) not in CACHE_AGENT_THIRD_PARTY | CACHE_CLIENT_OPTIONAL]
+    assert not bad, f"{path.relative_to(REPO)} imports {bad}: the cache agent and client carry no control plane"
+
+
+@pytest.mark.parametrize("name", CACHE_CLIENT)
+def test_cache_client_is_standard_library_only(name: str) -> None:
+    import sys
+
+    client_modules = {f"trainguard.cache.{n.removesuffix('.py')}" for n in CACHE_CLIENT} | {"trainguard.cache"}
+    bad = [(line, mod) for line, mod in imports_of(CACHE / name)
+           if _top(mod) not in sys.stdlib_module_names and mod not in client_modules
+           and _top(mod) not in CACHE_CLIENT_OPTIONAL]
+    assert not bad, f"controller/cache/{name} imports {bad}: the client must install with --no-deps"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "webhook" / "process").glob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_process_shell_stands_alone(path: Path) -> None:
+    import sys
+
+    bad = [(line, mod) for line, mod in imports_of(path)
+           if not mod.startswith(SHELL_PACKAGE) and _top(mod) not in sys.stdlib_module_names
+           and _top(mod) not in ("aiohttp", "prometheus_client")]
+    assert not bad, f"{path.relative_to(REPO)} imports {bad}: the agent uses the shell, so it carries no control plane"
+
+
+# What each long-running command does only through the shell: a second copy of any of these is a fourth log
+# format, probe server or stop handler waiting to drift.
+SHELL_ONLY = {
+    "add_signal_handler(": "signal-to-stop (trainguard.process.signals)",
+    "logging.Formatter)": "a log format (trainguard.process.logs)",
+    "basicConfig(": "a log format (trainguard.process.logs)",
+    'add_get("/healthz"': "a probe server (trainguard.process.probes)",
+}
+
+
+@pytest.mark.parametrize("path", [p for top in ("webhook", "controller") for p in sorted((REPO / top).rglob("*.py"))
+                                  if "process" not in p.relative_to(REPO).parts[:2]],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_process_concerns_go_through_the_shell(path: Path) -> None:
+    text = path.read_text()
+    bad = [what for needle, what in SHELL_ONLY.items() if needle in text]
+    assert not bad, f"{path.relative_to(REPO)} has its own {bad}"
 
 
 # TrainJob and runtime fields are read through the views (trainguard.webhook.api.views), each path in one place: two

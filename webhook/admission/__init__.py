@@ -35,8 +35,8 @@ Replicas share the Secret (optimistic concurrency). ``--cert-dir DIR``: external
 (cert-manager), only watched.
 
 Registration objects: ``registration.webhook_configurations`` / ``python -m trainguard.webhook.admission.registration``.
-Modules: ``review`` (codec), ``routes`` (path -> policy function), ``server`` (aiohttp apps), ``metrics``, ``logs``
-(JSON lines), ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
+Modules: ``review`` (codec), ``routes`` (path -> policy function), ``server`` (aiohttp apps), ``metrics``, logs
+(JSON lines, ``trainguard.process``), ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
 (Secret + caBundle I/O), ``registration``, ``main`` (the command). Integration fixtures for other areas:
 ``tests/integration/conftest.py``.
 """

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import logging
 import re
-import signal
 import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -33,6 +32,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from trainguard.process import configure_logging, raise_nofile_limit, stop_event
 from trainguard.webhook.admission.budget import DEFAULT_BODY_BUDGET_BYTES, BudgetSettings
 from trainguard.webhook.admission.certs import Lifetimes, service_dns_names
 from trainguard.webhook.admission.connections import (
@@ -43,9 +43,8 @@ from trainguard.webhook.admission.connections import (
     ConnectionMetrics,
     GatedSite,
 )
-from trainguard.webhook.admission.logs import configure_logging
 from trainguard.webhook.admission.metrics import AdmissionMetrics
-from trainguard.webhook.admission.process import MemoryReturner, connection_cap, raise_nofile_limit
+from trainguard.webhook.admission.process import MemoryReturner, connection_cap
 from trainguard.webhook.admission.ratelimit import DEFAULT_LOG_INTERVAL, RateLimitedFilter, RateLimiter, rate_limited_exception_handler
 from trainguard.webhook.admission.rotator import RotatorSettings, SecretRotator
 from trainguard.webhook.admission.routes import DEFAULT_POLICY_MODULE, bind_routes
@@ -216,11 +215,8 @@ async def serve(args: argparse.Namespace) -> int:
     except Exception as e:  # the kubernetes loader raises its own ConfigException and friends
         raise StartupError(f"cannot load cluster configuration: {e}") from e
 
-    stop = asyncio.Event()
+    stop = stop_event()
     draining = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
 
     caches = ClusterCaches(kube, ClusterSnapshot)
     metrics.watch_caches(caches.sync_state)

@@ -1,9 +1,9 @@
 """Process-wide resources the admission server sizes itself by: file descriptors and returned memory.
 
-* ``raise_nofile_limit``: the soft RLIMIT_NOFILE is often 1024 while the hard limit is far higher; at 1024 a
-  flood of idle connections made ``accept`` fail with EMFILE and took every listener (health included) down with
-  it. The soft limit is raised to the hard limit at start, and ``connection_cap`` keeps the admission port's cap
-  below what is left after a reserve for everything else (health port, watches, the apiserver client, logs).
+* ``connection_cap``: at a soft RLIMIT_NOFILE of 1024 a flood of idle connections made ``accept`` fail with EMFILE
+  and took every listener (health included) down with it. The soft limit is raised to the hard limit at start
+  (``trainguard.process.raise_nofile_limit``), and ``connection_cap`` keeps the admission port's cap below what is
+  left after a reserve for everything else (health port, watches, the apiserver client, logs).
 * ``MemoryReturner``: glibc keeps freed heap memory mapped, and its mmap threshold grows with the largest block
   freed, so after a burst of 8 MiB bodies even large blocks stop being returned. A fixed mmap threshold returns
   every large block on free; ``malloc_trim`` after a burst hands back the freed small-block arenas. Both are no-ops
@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import resource
-from dataclasses import dataclass
-
-log = logging.getLogger("trainguard.admission")
 
 # File descriptors kept for everything but admission connections: the health listener's own cap, informer
 # watches and the apiserver client pool, the log, the certificate files.
@@ -28,26 +24,6 @@ MIN_CONNECTIONS = 16
 MMAP_THRESHOLD = 128 * 1024
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-
-
-@dataclass(frozen=True)
-class NofileLimits:
-    soft_before: int
-    soft: int
-    hard: int
-
-
-def raise_nofile_limit() -> NofileLimits:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    new = soft
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            new = target
-        except (ValueError, OSError) as e:
-            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, e)
-    return NofileLimits(soft, new, hard)
 
 
 def connection_cap(requested: int, soft_nofile: int, reserve: int = FD_RESERVE) -> int:

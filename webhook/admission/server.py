@@ -42,6 +42,7 @@ from typing import Any, Callable, Literal, Mapping
 import jsonpatch
 from aiohttp import web
 
+from trainguard.process.probes import Probe, probe_app
 from trainguard.webhook.admission.budget import BodyBudget, BudgetSettings
 from trainguard.webhook.admission.connections import track_requests
 from trainguard.webhook.admission.metrics import AdmissionMetrics
@@ -348,21 +349,9 @@ class Readiness:
 
 
 def health_app(readiness: Readiness, metrics: AdmissionMetrics) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_: web.Request) -> web.Response:
+    def probe() -> Probe:
         certs = readiness.certificates_loaded()
         caches = dict(readiness.caches_synced())
-        ready = certs and all(caches.values())
-        detail = {"certificates": certs, "caches": caches}
-        return web.json_response({"ready": ready, **detail}, status=200 if ready else 503)
+        return Probe(certs and all(caches.values()), {"certificates": certs, "caches": caches})
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
-    return app
+    return probe_app(ready=probe, metrics=metrics.render)

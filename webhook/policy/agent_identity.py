@@ -1,10 +1,10 @@
 """A trainer pod may not run as a dataset cache agent's ServiceAccount.
 
-Each DatasetCache's agents run as ServiceAccount ``trainguard-cache-<cache>`` (``trainguard.cache.daemonset.
-agent_name``), whose Role may patch pods. A namespace user who names that ServiceAccount in a TrainingRuntime or a
-TrainJob's runtimePatches would get a pod carrying the agent's token. The apiserver already makes that harmless
-(``trainguard.cache.agent_policy``: an agent token may only write the report annotations of the pod it is bound
-to); this check refuses it at ``kubectl apply`` with a message naming the field, instead of admitting a job whose
+Each DatasetCache's agents run as ServiceAccount ``trainguard-cache-<cache>`` (``agent_name`` in
+``trainguard.controller.reconcile.cache_daemonset``), whose Role may patch pods. A namespace user who names that
+ServiceAccount in a TrainingRuntime or a TrainJob's runtimePatches would get a pod carrying the agent's token. The
+apiserver already makes that harmless (``trainguard.controller.reconcile.cache_agent_policy``: an agent token may only
+write the report annotations of the pod it is bound to); this check refuses it at ``kubectl apply`` with a message naming the field, instead of admitting a job whose
 pods hold an identity they have no use for. Both ``serviceAccountName`` and its deprecated alias
 ``serviceAccount`` are checked, on every pod template of the merged job. Upstream Kubeflow Trainer v2.3 has no
 dataset cache agents, so it admits any ServiceAccount name; trainguard denies this prefix only.

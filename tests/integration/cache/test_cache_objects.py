@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from trainguard.cache.daemonset import build_agent_rbac, build_daemonset, compute_status
+from trainguard.controller.reconcile.cache_daemonset import build_agent_rbac, build_daemonset, compute_status
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, wire_dataset_cache
 

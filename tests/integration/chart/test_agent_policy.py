@@ -19,8 +19,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from trainguard.cache.agent_policy import agent_admission_policy
-from trainguard.cache.daemonset import ANNOTATION_BYTES_RESIDENT, agent_name, build_agent_rbac
+from trainguard.controller.reconcile.cache_agent_policy import agent_admission_policy
+from trainguard.controller.reconcile.cache_daemonset import ANNOTATION_BYTES_RESIDENT, agent_name, build_agent_rbac
 from tests.integration.reconcile.reconcile_harness import wait_for
 
 REPO = Path(__file__).resolve().parents[3]

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from trainguard.cache.daemonset import agent_name, selector_labels
+from trainguard.controller.reconcile.cache_daemonset import agent_name, selector_labels
 from trainguard.controller.reconcile.gates import REASON_RELEASED, REASON_WAITING
 from reconcile_harness import Api, ControllerProcess, wait_for
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, WAITS_FOR_LABEL, WARM_GATE

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from trainguard.webhook.admission.logs import JsonFormatter
+from trainguard.process.logs import JsonFormatter
 
 
 class RenderingHandler(logging.Handler):

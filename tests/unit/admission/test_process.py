@@ -24,7 +24,7 @@ def test_the_soft_limit_is_raised_to_the_hard_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = min(256, hard)
     code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d));"
-            "from trainguard.webhook.admission.process import raise_nofile_limit; l = raise_nofile_limit();"
+            "from trainguard.process import raise_nofile_limit; l = raise_nofile_limit();"
             "print(l.soft_before, l.soft, l.hard, resource.getrlimit(resource.RLIMIT_NOFILE)[0])") % (low, hard)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert [int(x) for x in out] == [low, hard, hard, hard]

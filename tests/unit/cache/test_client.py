@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.cache import client as client_module
+from trainguard.cache import client as client_module, pinning
 from trainguard.cache.client import CacheClient, CacheError, CacheUnavailable, PinningUnavailable, open_shard, pin
 
 
@@ -101,8 +101,8 @@ def test_numpy_and_torch_views_need_their_packages(dataset: Path) -> None:
 
 def test_pin_without_cuda_runtime_names_the_reason(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINGUARD_CUDART", "/nonexistent/libcudart.so")
-    monkeypatch.setattr(client_module, "_CUDART_NAMES", ("libcudart-missing.so",))
-    monkeypatch.setattr(client_module.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(pinning, "_CUDART_NAMES", ("libcudart-missing.so",))
+    monkeypatch.setattr(pinning.ctypes.util, "find_library", lambda name: None)
     direct = CacheClient(socket_path="", dataset_root=str(dataset))
     with direct.open("train/shard-1.bin") as shard:
         with pytest.raises(PinningUnavailable, match="libcudart.*not found.*TRAINGUARD_CUDART"):
@@ -123,7 +123,7 @@ def test_pin_without_a_device_names_the_reason(dataset: Path, monkeypatch: pytes
             def __new__(cls, err: int) -> bytes:
                 return b"no CUDA-capable device is detected"
 
-    monkeypatch.setattr(client_module, "load_cudart", lambda: NoDevices)
+    monkeypatch.setattr(pinning, "load_cudart", lambda: NoDevices)
     direct = CacheClient(socket_path="", dataset_root=str(dataset))
     with direct.open("train/shard-1.bin") as shard:
         with pytest.raises(PinningUnavailable, match="no CUDA device visible.*no CUDA-capable device"):

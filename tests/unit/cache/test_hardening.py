@@ -313,10 +313,10 @@ class _FakeCudart:
 def test_pinned_range_keeps_the_mapping_alive_after_the_shard_is_closed(
     dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainguard.cache import client as client_module
+    from trainguard.cache import client as client_module, pinning
 
     cudart = _FakeCudart()
-    monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)
+    monkeypatch.setattr(pinning, "load_cudart", lambda: cudart)
     direct = CacheClient(socket_path="", dataset_root=str(dataset))
     shard = direct.open(SHARDS[1])
     pinned = client_module.pin(shard.view)
@@ -330,10 +330,10 @@ def test_pinned_range_keeps_the_mapping_alive_after_the_shard_is_closed(
 
 
 def test_pin_checks_its_arguments_before_touching_cuda(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainguard.cache import client as client_module
+    from trainguard.cache import client as client_module, pinning
 
     cudart = _FakeCudart()
-    monkeypatch.setattr(client_module, "load_cudart", lambda: cudart)
+    monkeypatch.setattr(pinning, "load_cudart", lambda: cudart)
     with pytest.raises(ValueError, match="device 1 does not exist"):
         client_module.pin(memoryview(b"x" * 10), device=1)
     for bad in ({"device": -1}, {"device": "0"}):

@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from trainguard.cache import main as agent_main
-from trainguard.cache.daemonset import build_daemonset
+from trainguard.controller.reconcile.cache_daemonset import build_daemonset
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.runtime.dataset_cache import SOCKET_GROUP_ID, socket_host_directory, wire_dataset_cache
 

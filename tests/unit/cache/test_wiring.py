@@ -123,7 +123,7 @@ def test_socket_directory_refuses_path_tricks(namespace: str, name: str) -> None
 
 
 def test_socket_directory_matches_the_daemonset() -> None:
-    from trainguard.cache.daemonset import build_daemonset
+    from trainguard.controller.reconcile.cache_daemonset import build_daemonset
     from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 
     ds = build_daemonset({**CACHE, "spec": {"source": {"hostPath": {"path": "/d"}, "shards": "*"}, "memoryBudget": "1Gi"}},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainguard.cache.daemonset import agent_name
+from trainguard.controller.reconcile.cache_daemonset import agent_name
 from tests.unit.policy.policy_helpers import rjob, runtime, trainjob
 from trainguard.webhook.policy.agent_identity import (
     AGENT_SERVICE_ACCOUNT_PREFIX,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.cache.daemonset import agent_name
+from trainguard.controller.reconcile.cache_daemonset import agent_name
 from trainguard.controller.reconcile.datasetcache import (
     REASON_SOURCE_NOT_ALLOWED,
     DatasetCacheReconciler,

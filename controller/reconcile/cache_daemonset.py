@@ -17,7 +17,7 @@ no network path to every node. The price is a Role allowing ``patch`` on pods in
 (Kubernetes RBAC cannot restrict a Role to "its own pod" when pod names are generated). That Role alone would let
 anyone who borrows the agent's identity (a token Secret for its ServiceAccount, or a trainer pod naming it in
 ``serviceAccountName``) patch every pod of the namespace, so the ValidatingAdmissionPolicy of
-``trainguard.cache.agent_policy`` (shipped by the chart) narrows it, in the apiserver, to "these report annotations
+``cache_agent_policy`` (shipped by the chart) narrows it, in the apiserver, to "these report annotations
 on the pod the token is bound to": ``agent_name()``'s ``trainguard-cache-`` prefix is what the policy matches on.
 
 Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
+from trainguard.cache.report import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
 from trainguard.webhook.api.constants import TRAINGUARD_API_VERSION
 from trainguard.webhook.api.quantity import QuantityError, parse_quantity
 from trainguard.webhook.api.trainguard import DatasetCache
@@ -50,9 +51,6 @@ DATA_MOUNT_PATH = "/data"
 SOCKET_DIR_IN_POD = "/run/trainguard-cache"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
-ANNOTATION_BYTES_RESIDENT = "trainguard.io/cache-bytes-resident"
-ANNOTATION_WARM = "trainguard.io/cache-warm"
-ANNOTATION_SHARDS = "trainguard.io/cache-shards"
 LABEL_CACHE = "trainguard.io/dataset-cache"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 COMPONENT = "dataset-cache-agent"
@@ -295,7 +293,7 @@ def build_daemonset(
 def build_agent_rbac(cache: Any) -> list[dict]:
     """ServiceAccount, Role (patch pods) and RoleBinding the agents use to annotate their own Pod.
 
-    The Role is wider than the need; ``trainguard.cache.agent_policy`` confines every ``trainguard-cache-*``
+    The Role is wider than the need; ``cache_agent_policy`` confines every ``trainguard-cache-*``
     ServiceAccount to its own Pod's report annotations (see the module docstring).
     """
     spec = cache_spec(cache)
@@ -315,7 +313,7 @@ def build_agent_rbac(cache: Any) -> list[dict]:
             "metadata": dict(meta),
             # patch only: the reporter sends a merge patch and never reads the Pod. RBAC cannot name the
             # agent's own (generated) Pod, so RBAC alone allows patching any Pod in the namespace; the
-            # ValidatingAdmissionPolicy of trainguard.cache.agent_policy (matching this ServiceAccount by its
+            # ValidatingAdmissionPolicy of cache_agent_policy (matching this ServiceAccount by its
             # name) refuses a token bound to no Pod, any other Pod, and any change but the report annotations.
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
         },

@@ -1,4 +1,4 @@
-"""trainguard.cache.agent_policy without a cluster: the chart template is current, the username pattern matches
+"""trainguard.controller.reconcile.cache_agent_policy without a cluster: the chart template is current, the username pattern matches
 every name ``agent_name()`` produces and nothing else, and the policy fails closed. Its enforcement is tested
 against the real apiserver in tests/security/test_cache_agent_identity.py and tests/integration/chart/."""
 
@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from trainguard.cache import agent_policy
-from trainguard.cache.agent_policy import AGENT_USERNAME_PATTERN, agent_admission_policy
-from trainguard.cache.daemonset import agent_name
+from trainguard.controller.reconcile import cache_agent_policy as agent_policy
+from trainguard.controller.reconcile.cache_agent_policy import AGENT_USERNAME_PATTERN, agent_admission_policy
+from trainguard.controller.reconcile.cache_daemonset import agent_name
 
 
 def test_chart_template_is_generated_from_the_function() -> None:
-    assert agent_policy.main(["--check"]) == 0, "run: .venv/bin/python -m trainguard.cache.agent_policy"
+    assert agent_policy.main(["--check"]) == 0, "run: .venv/bin/python -m trainguard.controller.reconcile.cache_agent_policy"
 
 
 @pytest.mark.parametrize("cache", ["a", "imagenet", "c" * 52, "x" * 63, "web-text.v2"])

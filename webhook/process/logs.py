@@ -1,4 +1,9 @@
-"""Structured logs: one JSON object per line, so the request uid, object and verdict can be queried, not grepped."""
+"""Structured logs: one JSON object per line, so a request uid, an object or a verdict can be queried, not grepped.
+
+A line is ``{"ts", "level", "logger", "msg", ...fields}``: the fields are whatever the call passed with ``extra=``
+(``log.info("served", extra={"port": 9443})``); an ``extra={"fields": {...}}`` dict is spread the same way, so both
+spellings read the same in the output.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,11 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key in _STANDARD or key.startswith("_"):
+                continue
+            if key == "fields" and isinstance(value, dict):
+                entry.update(value)
+            else:
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
@@ -28,11 +37,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "info") -> None:
-    """Route every logger (ours, aiohttp's) through the JSON formatter on stderr."""
+    """Route every logger (ours, aiohttp's, the kubernetes client's) through the JSON formatter on stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # aiohttp's access log duplicates our per-review line.
+    # aiohttp's access log would add a line per probe and per review; each command logs what it served itself.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.cache.daemonset import (
+from trainguard.controller.reconcile.cache_daemonset import (
     AGENT_OVERHEAD_BYTES,
     AGENT_UID,
     ANNOTATION_BYTES_RESIDENT,
