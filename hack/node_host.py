@@ -18,6 +18,7 @@ What is recorded, and how each is put back:
 - mounts (/proc/self/mountinfo): a mount that is new and lies under one of the node's paths is unmounted, deepest
   first (kubelet's bind mount of its root dir, pod volumes, container root filesystems, network namespaces).
 - network interfaces: new ones the node named (its bridges) and new veths attached to them are deleted.
+- netfilter accounting objects (``nfacct``): kube-proxy's two counters are deleted once no rule uses them.
 - cgroups: new top-level directories the node named (its cgroup root) are removed in every hierarchy, bottom-up.
 - paths the node writes: a path that did not exist is removed whole; one that existed keeps everything but the
   entries the node made in it (kubelet's log symlinks, the CNI result cache of the node's network).
@@ -65,6 +66,8 @@ SYSCTLS = (
     "net/netfilter/nf_conntrack_udp_timeout_stream",
 )
 
+# kube-proxy's netfilter accounting objects (metrics of packets its rules drop or accept); they outlive it.
+NFACCT_OBJECTS = ("ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts")
 # Chains the node's components create: kubelet and kube-proxy (KUBE-), CNI plugins (CNI-), node.sh itself.
 CHAIN_PREFIXES = ("KUBE-", "CNI-", "TRAINGUARD-NODE-")
 FAMILIES = {"ipv4": "iptables", "ipv6": "ip6tables"}
@@ -216,6 +219,14 @@ def nft_tables() -> list[str] | None:
     return sorted(line.removeprefix("table ").strip() for line in out.splitlines() if line.startswith("table "))
 
 
+def nfacct_objects() -> list[str] | None:
+    """Names of the netfilter accounting objects (kube-proxy counts dropped packets in two of its own)."""
+    if not shutil.which("nfacct"):
+        return None
+    out = subprocess.run(["nfacct", "list"], check=True, capture_output=True, text=True).stdout
+    return sorted(m.group(1) for m in re.finditer(r"= (\S+);", out))
+
+
 def cgroup_hierarchies() -> list[str]:
     out = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -240,6 +251,7 @@ def snapshot(paths: list[str]) -> dict:
         "sysctls": read_sysctls(),
         "iptables": {f: iptables_save(f) for f in FAMILIES},
         "nft_tables": nft_tables(),
+        "nfacct": nfacct_objects(),
         "mounts": mount_points(Path("/proc/self/mountinfo").read_text()),
         "links": links(),
         "cgroups": cgroup_tops(),
@@ -273,12 +285,13 @@ def record(args: argparse.Namespace) -> int:
     if (rec / "before.json").exists():
         print(f"node-host: {rec} already holds a record; a node is up (or a 'down' did not finish)", file=sys.stderr)
         return 1
-    rec.mkdir(parents=True, exist_ok=True)
     cfg = Config(owned=args.owned, touched=args.touched, link_names=args.link, cgroup_names=args.cgroup,
                  cni_network=args.cni_network, pod_logs=args.pod_logs)
-    (rec / "config.json").write_text(json.dumps(cfg.__dict__, indent=1))
+    # the host as it is, before the record's own directory exists
     state = snapshot(cfg.owned + cfg.touched)
     state["time"] = time.time()
+    rec.mkdir(parents=True, exist_ok=True)
+    (rec / "config.json").write_text(json.dumps(cfg.__dict__, indent=1))
     tmp = rec / "before.json.tmp"
     tmp.write_text(json.dumps(state, indent=1))
     tmp.rename(rec / "before.json")
@@ -336,6 +349,23 @@ def restore_iptables(before: dict, problems: list[str], log) -> None:
                 continue
             if run(["nft", "delete", "table", NFT_FAMILY[family], name], problems):
                 log(f"nft: deleted the empty table {nft_name} that did not exist before")
+
+
+def restore_nfacct(before: dict, problems: list[str], log) -> None:
+    """After the iptables rules that count into them are gone (the kernel refuses to delete one in use)."""
+    if before.get("nfacct") is None:
+        return
+    for name in sorted(set(nfacct_objects() or []) - set(before["nfacct"])):
+        if name not in NFACCT_OBJECTS:
+            continue
+        # the rules that used it may still be releasing it a moment after they are gone (EBUSY)
+        for _ in range(50):
+            if subprocess.run(["nfacct", "delete", name], capture_output=True).returncode == 0:
+                log(f"nfacct: deleted {name}")
+                break
+            time.sleep(0.1)
+        else:
+            run(["nfacct", "delete", name], problems)
 
 
 def restore_sysctls(before: dict, problems: list[str], log) -> None:
@@ -418,20 +448,29 @@ def undo(args: argparse.Namespace) -> int:
     def log(msg: str) -> None:
         print(f"node-host: {msg}", file=sys.stderr)
 
-    # Mounts first (a mounted network namespace keeps its veth alive), then what hangs off them.
-    restore_mounts(before, cfg, problems, log)
-    restore_links(before, cfg, problems, log)
-    restore_iptables(before, problems, log)
-    restore_sysctls(before, problems, log)
-    restore_cgroups(before, cfg, problems, log)
-    restore_paths(before, cfg, rec, problems, log)
+    # Mounts first (a mounted network namespace keeps its veth alive), then what hangs off them. Each step runs
+    # whatever the one before it could not do.
+    steps = [
+        ("mounts", lambda: restore_mounts(before, cfg, problems, log)),
+        ("interfaces", lambda: restore_links(before, cfg, problems, log)),
+        ("iptables", lambda: restore_iptables(before, problems, log)),
+        ("nfacct", lambda: restore_nfacct(before, problems, log)),
+        ("sysctls", lambda: restore_sysctls(before, problems, log)),
+        ("cgroups", lambda: restore_cgroups(before, cfg, problems, log)),
+        ("paths", lambda: restore_paths(before, cfg, rec, problems, log)),
+    ]
+    for name, step in steps:
+        try:
+            step()
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            problems.append(f"{name}: {e}")
     for p in problems:
         log(f"could not restore: {p}")
     last = [p for p in cfg.owned + cfg.touched if not before["paths"].get(p, True) and holds(p, rec)]
     now = snapshot(list(before["paths"]))
     for p in last:
         now["paths"][p] = False  # removed below, once the rest is known to be back
-    found = differences(before, now)
+    found = differences(before, now, cfg)
     for line in found:
         log(f"still differs from before 'up': {line}")
     if problems or found:
@@ -442,8 +481,9 @@ def undo(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def differences(before: dict, now: dict) -> list[str]:
-    """What differs between two snapshots, one line each (an empty table counts as no table)."""
+def differences(before: dict, now: dict, cfg: Config | None = None) -> list[str]:
+    """What differs between two snapshots, one line each (an empty table counts as no table). With ``cfg``, mounts
+    and cgroups only where the node makes them: other programs on the machine mount and make cgroups meanwhile."""
     out = []
     for key, value in before["sysctls"].items():
         if now["sysctls"].get(key) != value:
@@ -468,14 +508,21 @@ def differences(before: dict, now: dict) -> list[str]:
     if before.get("nft_tables") is not None and now.get("nft_tables") is not None:
         for t in sorted(set(now["nft_tables"]) - set(before["nft_tables"])):
             out.append(f"nft table {t} is new")
+    if before.get("nfacct") is not None and now.get("nfacct") is not None:
+        for name in sorted(set(now["nfacct"]) ^ set(before["nfacct"])):
+            out.append(f"nfacct object {name} is {'new' if name in now['nfacct'] else 'gone'}")
+    roots = cfg.owned + cfg.touched if cfg else ["/"]
     for mp in sorted(set(now["mounts"]) - set(before["mounts"])):
-        out.append(f"mount {mp} is new")
+        if under(mp, roots):
+            out.append(f"mount {mp} is new")
     for mp in sorted(set(before["mounts"]) - set(now["mounts"])):
         out.append(f"mount {mp} is gone")
     for name in sorted(set(now["links"]) ^ set(before["links"])):
         out.append(f"interface {name} is {'new' if name in now['links'] else 'gone'}")
     for h, tops in now["cgroups"].items():
         for name in sorted(set(tops) ^ set(before["cgroups"].get(h, []))):
+            if cfg and name not in cfg.cgroup_names:
+                continue
             out.append(f"cgroup {h}/{name} is {'new' if name in tops else 'gone'}")
     for p, existed in before["paths"].items():
         if now["paths"].get(p) != existed:
@@ -487,7 +534,7 @@ def diff(args: argparse.Namespace) -> int:
     rec = Path(args.record_dir)
     before = json.loads((rec / "before.json").read_text())
     now = snapshot(list(before["paths"]))
-    found = differences(before, now)
+    found = differences(before, now, Config.load(rec))
     for line in found:
         print(f"node-host: still differs from before 'up': {line}", file=sys.stderr)
     return 1 if found else 0
