@@ -63,7 +63,7 @@ def node_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-def require_node_prerequisites() -> None:
+def require_node_prerequisites(images: tuple[str, ...]) -> None:
     """Fail (never skip) with what to run when the node cannot come up here."""
     if os.geteuid() != 0:
         pytest.fail("the node tests need root (hack/node.sh mounts, creates interfaces and cgroups, writes sysctls)")
@@ -72,7 +72,7 @@ def require_node_prerequisites() -> None:
     if missing:
         pytest.fail(f"node binaries missing in {bins}: {', '.join(missing)}; run `hack/build-tools.sh node` "
                     "(make test-node does)")
-    not_built = [name for name in IMAGES if not hack("images.sh", "dir", name).stdout.strip()]
+    not_built = [name for name in images if not hack("images.sh", "dir", name).stdout.strip()]
     if not_built:
         pytest.fail(f"images not built: {', '.join(not_built)}; run `hack/images.sh build` (make test-node does)")
 
@@ -97,12 +97,13 @@ class RealNode:
         return proc
 
 
-def node_up(log_dir: Path) -> RealNode:
-    """``hack/node.sh up``, timed; fails the test with node.sh's own message (it prints the logs and puts the host
-    back when it cannot start)."""
-    require_node_prerequisites()
+def node_up(log_dir: Path, images: tuple[str, ...] = tuple(IMAGES)) -> RealNode:
+    """``hack/node.sh up`` with ``images`` loaded, timed; fails the test with node.sh's own message (it prints the
+    logs and puts the host back when it cannot start)."""
+    require_node_prerequisites(images)
     t0 = time.monotonic()
-    proc = hack("node.sh", "up", timeout=UP_TIMEOUT, env={"TRAINGUARD_NODE_KEEP_LOGS": str(log_dir)})
+    proc = hack("node.sh", "up", timeout=UP_TIMEOUT,
+                env={"TRAINGUARD_NODE_KEEP_LOGS": str(log_dir), "TRAINGUARD_NODE_IMAGES": " ".join(images)})
     if proc.returncode:
         pytest.fail(f"hack/node.sh up failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
     kubeconfig = Path(proc.stdout.strip().splitlines()[-1])

@@ -162,7 +162,7 @@ def test_up_runs_a_pod_refuses_a_second_up_and_down_puts_the_host_back(tmp_path:
     assert status.returncode == 1, f"a node is already up on this machine; `hack/node.sh down` first:\n{status.stdout}"
     before = host_state()
 
-    node = node_up(tmp_path / "logs")
+    node = node_up(tmp_path / "logs", images=("pause", "base"))
     down_seconds = None
     try:
         status = hack("node.sh", "status")
