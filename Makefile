@@ -32,10 +32,10 @@ tools:
 	hack/build-tools.sh all
 
 test: setup tools
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not node"
 
 test-unit: setup
-	$(PY) -m pytest -m "not cluster and not tools"
+	$(PY) -m pytest -m "not cluster and not tools and not node"
 
 test-integration: setup tools
 	$(PY) -m pytest -m cluster
