@@ -18,7 +18,11 @@ import yaml
 from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
 from trainguard.webhook.policy import pipeline
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.runtime_ref import resolve_runtime
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
+from trainguard.webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
+from trainguard.webhook.runtime.dataset_cache import referenced_cache_name
+from trainguard.webhook.runtime.snapshot import PLACEHOLDER_UID
 
 # The chart's release namespace, where the controller keeps runtime snapshots unless told otherwise.
 DEFAULT_SNAPSHOT_NAMESPACE = "trainguard-system"
@@ -137,9 +141,6 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
            dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> Rendering:
     """Admit and build every TrainJob in ``docs``; raise ``Denied`` on the first refusal (warnings gathered so far
     stay in ``out``)."""
-    from trainguard.webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
-    from trainguard.webhook.runtime.snapshot import PLACEHOLDER_UID
-
     # The admin's DatasetCache source setting is a flag of the webhook, not an object, so it is a flag here too.
     snapshot = replace(build_snapshot(docs), dataset_cache_sources=dataset_cache_sources)
     out = out if out is not None else Rendering()
@@ -184,15 +185,11 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
 
 
 def _runtime_of(trainjob: dict[str, Any], namespace: str, snapshot: ClusterSnapshot) -> dict[str, Any]:
-    from trainguard.webhook.policy.runtime_ref import resolve_runtime
-
     runtime = resolve_runtime(trainjob, namespace, snapshot).runtime
     assert runtime is not None, "validate_trainjob admitted a TrainJob whose runtime is missing"
     return runtime
 
 
 def _dataset_cache_of(trainjob: dict[str, Any], namespace: str, snapshot: ClusterSnapshot) -> Any:
-    from trainguard.webhook.runtime.dataset_cache import referenced_cache_name
-
     name = referenced_cache_name(trainjob)
     return snapshot.dataset_caches.get((namespace, name)) if name else None
