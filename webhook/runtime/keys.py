@@ -40,8 +40,8 @@ def generated_keys() -> KeySource:
     return KeySource(ssh_keypair=generate_ssh_keypair, curve_keypair=generate_curve_keypair)
 
 
-# cryptography is imported in the generators only: the reconciler makes real keys, while the webhook and render
-# (placeholder_keys) never load it.
+# cryptography is imported in the generators only: the reconciler is the one caller that makes real keys; render and
+# builds with placeholder_keys() do not need it loaded.
 def generate_ssh_keypair() -> tuple[str, str]:
     """ECDSA P-521, private key as PEM "EC PRIVATE KEY" (SEC1), public key as an authorized_keys line."""
     from cryptography.hazmat.primitives import serialization
