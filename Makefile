@@ -6,12 +6,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup tools test test-unit test-integration demo cluster-up cluster-down crds verify-crds lock bench clean
+.PHONY: help setup tools test test-unit test-integration test-node demo cluster-up cluster-down crds verify-crds lock bench clean
 
 help:
 	@echo "make demo         bring up a local control plane and run trainguard end to end"
 	@echo "make test         install, build the pinned Kubernetes binaries if missing, run the whole suite"
 	@echo "make test-unit    the tests that need no cluster (seconds)"
+	@echo "make test-node    the chart, the cache agents and TrainJobs as real pods on a real node (root; changes host settings)"
 	@echo "make cluster-up   start etcd + kube-apiserver on loopback (prints the kubeconfig path)"
 	@echo "make cluster-down stop it"
 	@echo "make crds         regenerate crds/ from the API models"
@@ -39,6 +40,13 @@ test-unit: setup
 
 test-integration: setup tools
 	$(PY) -m pytest -m cluster
+
+# A real node (containerd + runc + kubelet on this machine, hack/node.sh, started by the tests' session fixture) and
+# the images built here: root only, changes host settings (restored at the end); for throwaway VMs and CI.
+test-node: setup tools
+	hack/build-tools.sh node
+	hack/images.sh build
+	$(PY) -m pytest -m node tests/node
 
 demo: setup tools
 	hack/demo.sh
