@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
+from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.policy import pipeline
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.policy.runtime_ref import resolve_runtime
@@ -45,11 +46,11 @@ class Doc:
 
     @property
     def name(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("name") or "")
+        return str(KubeObject(self.obj).metadata.name or "")
 
     @property
     def namespace(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("namespace") or "")
+        return str(KubeObject(self.obj).metadata.namespace or "")
 
 
 def load_documents(path: str, text: str) -> list[Doc]:
@@ -98,7 +99,7 @@ def build_snapshot(docs: list[Doc]) -> ClusterSnapshot:
         elif d.kind == "TrainJobPolicy":
             policies[d.name] = d.obj
         elif d.kind == "Namespace":
-            namespaces[d.name] = dict((d.obj.get("metadata") or {}).get("labels") or {})
+            namespaces[d.name] = dict(KubeObject(d.obj).metadata.labels)
         elif d.kind == "DatasetCache":
             caches[(_with_default_namespace(d.obj)["metadata"]["namespace"], d.name)] = d.obj
         elif d.kind == "JobSet":
@@ -146,7 +147,7 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
     out = out if out is not None else Rendering()
     for d in docs:
         validate = _VALIDATORS.get(d.kind)
-        labels = (d.obj.get("metadata") or {}).get("labels") or {}
+        labels = KubeObject(d.obj).metadata.labels
         # Upstream's opt-out label counts on admin-written ClusterTrainingRuntimes only, as in the webhook's registration.
         if validate is None or (d.kind == "ClusterTrainingRuntime"
                                 and labels.get(LABEL_WEBHOOK_VALIDATION) == WEBHOOK_VALIDATION_DISABLED):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.policy.pipeline import enforce_trainjob
 from trainguard.webhook.policy.verdict import ClusterSnapshot, Verdict
 
@@ -32,13 +33,13 @@ def materializes(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
     """Would building now create the JobSet, or let a suspended one run? Only then is the policy asked."""
     if jobset is None:
         return True
-    trainjob_suspended = bool((trainjob.get("spec") or {}).get("suspend"))
-    jobset_suspended = bool((jobset.get("spec") or {}).get("suspend"))
+    trainjob_suspended = TrainJob(trainjob).suspend
+    jobset_suspended = bool(KubeObject(jobset).get("spec.suspend"))
     return jobset_suspended and not trainjob_suspended
 
 
 def verdict(trainjob: Mapping[str, Any], runtime: Mapping[str, Any], snapshot: ClusterSnapshot) -> Verdict:
-    namespace = (trainjob.get("metadata") or {}).get("namespace", "")
+    namespace = TrainJob(trainjob).metadata.namespace
     return enforce_trainjob(dict(trainjob), dict(runtime), namespace, snapshot)
 
 
@@ -54,7 +55,7 @@ def blocked_trainjobs(trainjobs: Iterable[tuple[tuple[str, str], Mapping[str, An
     for (ns, name), job in trainjobs:
         if namespace is not None and ns != namespace:
             continue
-        if ((job.get("metadata") or {}).get("labels") or {}).get(st.STATE_LABEL) == st.STATE_BLOCKED \
+        if TrainJob(job).metadata.labels.get(st.STATE_LABEL) == st.STATE_BLOCKED \
                 and not st.is_finished(job):
             keys.append((ns, name))
     return keys

@@ -12,4 +12,6 @@ Modules:
 * ``jobset``     jobset.x-k8s.io/v1alpha2 JobSet (what the reconciler builds and reads)
 * ``trainguard`` trainguard.io/v1alpha1 TrainJobPolicy (cluster-scoped) and DatasetCache (namespaced)
 * ``constants``  reserved names, labels, annotations, defaults and limits
+* ``views``      read-only typed views over the wire dicts (TrainJob, runtimes, the JobSet template down to the
+                 containers, the runtimeRef rule): the one place each field of those objects is read
 """

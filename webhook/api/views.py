@@ -2,8 +2,8 @@
 and the JobSet template inside it lives.
 
 The webhook, the reconciler and ``render`` receive objects as JSON dicts (an AdmissionReview, a watch event, a
-file). Parsing each into a pydantic model per request would cost more than the rules themselves, and most fields
-are opaque to us; so the code reads the dicts, through these views. A view wraps the dict it is given without
+file), and what they write back (a JSON Patch, the built JobSet) is computed from those dicts, most of whose fields
+are opaque to us; so the code keeps the dicts and reads them through these views. A view wraps the dict it is given without
 copying it and without validating it (the CRD schema and the door check ``trainguard.webhook.policy.well_formed``
 have done that before any rule runs): a missing or null field reads as the documented default. Views never write;
 code that builds or mutates an object (patches, merges, the draft JobSet) works on dicts and may use a view to read

@@ -28,6 +28,8 @@ import copy
 from datetime import datetime, timezone
 from typing import Any
 
+from trainguard.webhook.api.views import TrainJob
+
 Object = dict[str, Any]
 
 
@@ -47,8 +49,7 @@ def _without_time(entry: Any) -> Any:
 def _patches(obj: Object | None) -> list[Any]:
     if not obj:
         return []
-    patches = (obj.get("spec") or {}).get("runtimePatches") or []
-    return patches if isinstance(patches, list) else []
+    return TrainJob(obj).runtime_patches
 
 
 def stamp_runtime_patches(obj: Object, old_obj: Object | None, now: datetime) -> Object:

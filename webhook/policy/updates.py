@@ -19,8 +19,9 @@ keep the labels and so pass.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import forbidden, required
 from trainguard.webhook.policy.enforcement import SCHEDULING, SCHEDULING_LABELS, Finding, findings, label_path
 from trainguard.webhook.policy.limits import Violation
@@ -35,13 +36,12 @@ def judging_policies(matched_new: list[Policy], matched_old: list[Policy]) -> li
     return application_order(by_name.values())
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+def _labels(obj: dict[str, Any]) -> Mapping[str, Any]:
+    return TrainJob(obj).metadata.labels
 
 
 def _suspended(obj: dict[str, Any]) -> bool:
-    return (obj.get("spec") or {}).get("suspend") is True
+    return TrainJob(obj).get("spec.suspend") is True
 
 
 def scheduling_update_findings(obj: dict[str, Any], old: dict[str, Any], policies: list[Policy]) -> list[Finding]:

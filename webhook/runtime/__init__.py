@@ -52,11 +52,17 @@ Public API (stable; the policy engine, the reconciler and ``trainguard render`` 
 
     BuildError(ValueError)     a TrainJob/runtime pair that cannot produce objects (message says why)
 
+Plugins: ``torch`` (with ``torchtune``), ``mpi``, ``jax``, ``xgboost``, ``flux``, ``plain`` (ML policies) and
+``coscheduling``, ``volcano`` (pod groups) are modules of one shape (``plugin``: ``NAME``, ``KIND``, ``enforce``,
+optionally ``validate`` / ``build`` / ``trainer_jobs`` + ``num_nodes``), listed once in ``registry``; ``effective``,
+``validate`` and ``build`` iterate the registry. A new ML policy is one module and one line in
+``registry.PLUGINS``.
+
 Lower-level pieces, one concept per module: ``merge`` (strategic merge, patches, trainer overrides),
 ``draft`` (the job under construction), ``resources`` (pod requests, GPU/CPU counting), ``effective`` (the
-pipeline), ``torch``/``torchtune``/``mpi``/``jax``/``xgboost``/``flux``/``plain`` (ML policies),
-``coscheduling``/``volcano`` (pod groups), ``jobset`` (JobSet rules and assembly), ``validate``, ``build``,
-``snapshot``, ``keys``, ``objects`` (owner references), ``extras`` (trainguard effects).
+pipeline), ``reserved_env`` (env names a policy owns), ``jobset`` (JobSet rules and assembly), ``validate``,
+``build``, ``snapshot``, ``keys``, ``objects`` (owner references), ``extras`` (trainguard effects). Fields of the
+TrainJob and the runtime are read through ``trainguard.webhook.api.views``.
 """
 
 from __future__ import annotations

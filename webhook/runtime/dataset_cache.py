@@ -30,7 +30,7 @@ import re
 from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
-from trainguard.webhook.api.views import ReplicatedJob
+from trainguard.webhook.api.views import ReplicatedJob, TrainJob
 from trainguard.webhook.field import FieldError, aggregate, invalid, required
 
 DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
@@ -85,8 +85,7 @@ def socket_host_directory(namespace: str, name: str) -> str:
 
 def referenced_cache_name(trainjob: Mapping[str, Any]) -> str | None:
     """The DatasetCache a TrainJob opts into, or None when it does not carry the annotation."""
-    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(DATASET_CACHE_ANNOTATION)
+    value = TrainJob(trainjob).metadata.annotations.get(DATASET_CACHE_ANNOTATION)
     return value if value else None
 
 

@@ -114,6 +114,11 @@ class Draft:
     def container(self, rj: Mapping[str, Any] | None, name: str, *, init: bool = False) -> dict | None:
         return next((c for c in self.containers(rj, init=init) if c.get("name") == name), None)
 
+    def node_resources(self) -> Mapping[str, Any] | None:
+        """``resources`` of the node job's ``node`` container, merged (template ⊕ patches ⊕ ``resourcesPerNode``):
+        what one node pod really requests, where the policies read GPUs and CPUs per node."""
+        return (self.container(self.node_job(), NODE) or {}).get("resources")
+
     def edit_container(self, rj: Mapping[str, Any] | None, name: str, edit: Callable[[dict], dict]) -> bool:
         """Replace container ``name`` of ``rj`` by ``edit(container)``; False when there is no such container."""
         containers = self.containers(rj)

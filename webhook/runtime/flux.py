@@ -157,7 +157,7 @@ def run_flags(draft: Draft) -> tuple[str, str]:
     """(``flux run`` flags, ``flux R encode`` resource flags) for the node pods."""
     nodes = draft.counts.get(NODE, 1)
     tasks = tasks_per_node(draft)
-    gpus = gpu_count((draft.container(draft.job(NODE), NODE) or {}).get("resources"))
+    gpus = gpu_count(draft.node_resources())  # the node job exists: Flux builds nothing without it
     flags = f"-N {nodes} -n {tasks * nodes}"
     resources = f"--cores={_range(tasks)}"
     if gpus > 0:

@@ -79,7 +79,7 @@ def slots(draft: Draft) -> int:
     value = policy(draft).get("numProcPerNode")
     configured = 1 if value is None else int(value)
     if configured == 1:
-        gpus = gpu_count((draft.container(draft.node_job(), NODE) or {}).get("resources"))
+        gpus = gpu_count(draft.node_resources())
         if gpus > 1:
             return gpus
     return configured

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, AbstractSet, Any, Literal, Mapping, Protocol, runtime_checkable
 
+from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import FieldError
 from trainguard.webhook.runtime.draft import Draft
 from trainguard.webhook.runtime.keys import KeySource
@@ -56,7 +57,7 @@ class BuildContext:
 
     @property
     def suspended(self) -> bool:
-        return bool((self.trainjob.get("spec") or {}).get("suspend"))
+        return TrainJob(self.trainjob).suspend
 
 
 @runtime_checkable

@@ -59,10 +59,10 @@ def num_proc_per_node(draft: Draft) -> str:
     value = draft.trainer.num_proc_per_node
     if value is not None:
         return str(value)
-    node = draft.container(draft.node_job(), NODE) or {}
-    if gpu_count(node.get("resources")) > 0:
+    resources = draft.node_resources()
+    if gpu_count(resources) > 0:
         return "auto"
-    return str(cpu_count(node.get("resources")))
+    return str(cpu_count(resources))
 
 
 def master_address(draft: Draft) -> str:

@@ -71,12 +71,11 @@ def recipe_and_config(model: str, num_nodes: int, nproc: int | None, gpus: int, 
 
 def _inputs(draft: Draft) -> tuple[str, int, int | None, int, list[str]]:
     trainer = draft.trainer
-    node = draft.container(draft.node_job(), NODE) or {}
     return (
         model_name(draft.runtime_ref.name),
         int(trainer.num_nodes or 1),
         trainer.num_proc_per_node,
-        gpu_count(node.get("resources")),
+        gpu_count(draft.node_resources()),
         list(trainer.args or []),
     )
 

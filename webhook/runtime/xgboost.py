@@ -32,7 +32,7 @@ def enforce(draft: Draft) -> None:
     rj = draft.trainer_job()
     if not draft.has_trainer or rj is None:
         return
-    workers_per_node = gpu_count((draft.container(draft.node_job(), NODE) or {}).get("resources")) or 1
+    workers_per_node = gpu_count(draft.node_resources()) or 1
     upsert_into_container(
         draft,
         rj,
