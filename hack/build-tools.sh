@@ -10,10 +10,14 @@
 # so that pinning it does not change the key of the directory above; its CRDs, runtimes and examples are read from
 # the Go module cache at run time (tests/parity/), not copied.
 #
-# usage: hack/build-tools.sh [all|control-plane|e2e|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
+# usage: hack/build-tools.sh [all|control-plane|e2e|node|TOOL...]   (TOOL: kube-apiserver kube-controller-manager
 #        kube-scheduler kubectl etcd helm crds openapi kwok jobset kueue trainer-manager; default: all)
 #   e2e: what hack/e2e-cluster.sh runs (the control plane plus kube-controller-manager, kube-scheduler, kwok and
 #        the JobSet controller); kwok also copies its upstream Stage manifests, jobset its webhook and RBAC config.
+#   node: the real node's binaries (runc, containerd + ctr + shim, CNI plugins, kubelet, kube-proxy, buildkitd +
+#        buildctl) into a directory of their own, $(trainguard_node_dir) (hack/versions.sh says what is there),
+#        keyed by hack/tools/node/*/go.mod and hack/tools/kubernetes/go.mod; installs the Debian packages the
+#        builds need first (hack/deps.sh node). Not part of `all`: `make test` never builds it.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +31,7 @@ fi
 
 bin_dir=$(trainguard_bin_dir)
 peer_dir=$(trainguard_peer_dir)
+node_dir=$(trainguard_node_dir)
 mkdir -p "$bin_dir"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath" GOTOOLCHAIN=local
 
@@ -95,6 +100,61 @@ copy_openapi() {
   touch "$dest/.complete"
 }
 
+# node_build MODULE OUTPUT PACKAGE TAGS CGO [LDFLAGS]: go build one of the node's commands from hack/tools/node/MODULE
+# into $node_dir (tags and cgo as upstream's Makefiles build them).
+node_build() {
+  local mod=$1 out=$2 pkg=$3 tags=$4 cgo=$5 ldflags="-s -w ${6:-}"
+  if [[ -x "$node_dir/$out" ]]; then log "$out: cached"; return; fi
+  log "$out: building $pkg (module hack/tools/node/$mod) ..."
+  local start=$SECONDS
+  mkdir -p "$(dirname "$node_dir/$out")"
+  (cd "$here/tools/node/$mod" && CGO_ENABLED=$cgo go build -mod=readonly -tags "$tags" -ldflags="$ldflags" -o "$node_dir/$out.tmp" "$pkg")
+  mv "$node_dir/$out.tmp" "$node_dir/$out"
+  log "$out: built in $((SECONDS - start)) s"
+}
+
+# node_kube OUTPUT: kubelet or kube-proxy from hack/tools/kubernetes's go.mod, unchanged. Its go.sum covers the
+# control plane only, so the build reads a copy completed with hack/tools/node/kubernetes.sum (-modfile), and
+# -mod=readonly makes a missing or different pin an error rather than an edit.
+node_kube() {
+  local out=$1
+  if [[ -x "$node_dir/$out" ]]; then log "$out: cached"; return; fi
+  log "$out: building k8s.io/kubernetes/cmd/$out (module hack/tools/kubernetes) ..."
+  local start=$SECONDS tmp
+  tmp=$(mktemp -d)
+  cp "$here/tools/kubernetes/go.mod" "$tmp/go.mod"
+  grep -hv '^#' "$here/tools/kubernetes/go.sum" "$here/tools/node/kubernetes.sum" | sort -u > "$tmp/go.sum"
+  mkdir -p "$node_dir"
+  (cd "$here/tools/kubernetes" && CGO_ENABLED=0 go build -mod=readonly -modfile="$tmp/go.mod" \
+    -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION" \
+    -o "$node_dir/$out.tmp" "k8s.io/kubernetes/cmd/$out") || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp"
+  mv "$node_dir/$out.tmp" "$node_dir/$out"
+  log "$out: built in $((SECONDS - start)) s"
+}
+
+node() {
+  "$here/deps.sh" node
+  local v
+  v=$(node_module_version runc github.com/opencontainers/runc)
+  # runc's Makefile: CGO (libcontainer's nsenter), seccomp from libseccomp
+  node_build runc runc github.com/opencontainers/runc seccomp 1 "-X main.version=${v#v}"
+  v=$(node_module_version containerd github.com/containerd/containerd/v2)
+  local cv="-X github.com/containerd/containerd/v2/version.Version=$v"
+  node_build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "urfave_cli_no_docs no_btrfs" 0 "$cv"
+  node_build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "urfave_cli_no_docs no_btrfs" 0 "$cv"
+  node_build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "urfave_cli_no_docs no_grpc" 0 "$cv"
+  local p
+  for p in main/bridge main/loopback ipam/host-local meta/portmap; do
+    node_build cni "cni/${p#*/}" "github.com/containernetworking/plugins/plugins/$p" "" 0
+  done
+  node_kube kubelet
+  node_kube kube-proxy
+  v=$(node_module_version buildkit github.com/moby/buildkit)
+  node_build buildkit buildkitd github.com/moby/buildkit/cmd/buildkitd "" 0 "-X github.com/moby/buildkit/version.Version=$v"
+  node_build buildkit buildctl github.com/moby/buildkit/cmd/buildctl "" 0 "-X github.com/moby/buildkit/version.Version=$v"
+}
+
 one() {
   case $1 in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) build kubernetes "$1" "k8s.io/kubernetes/cmd/$1" ;;
@@ -113,6 +173,7 @@ one() {
       build trainer trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "$peer_dir"
       # the module's own files (CRDs, runtimes, examples) are read from the module cache: make sure it holds them
       module_dir trainer github.com/kubeflow/trainer/v2 >/dev/null ;;
+    node) node ;;
     *) echo "build-tools: unknown tool '$1'" >&2; exit 2 ;;
   esac
 }
@@ -130,4 +191,4 @@ for t in "${targets[@]}"; do
   esac
 done
 log "done in $((SECONDS - total_start)) s"
-echo "$bin_dir"
+if [[ " ${targets[*]} " == *" node "* ]]; then echo "$node_dir"; else echo "$bin_dir"; fi

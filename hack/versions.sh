@@ -27,3 +27,25 @@ trainguard_peer_dir() {
   sum=$(sha256sum < "$(dirname "${BASH_SOURCE[0]}")/tools/trainer/go.mod" | cut -c1-8)
   echo "${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/peer/trainer-${TRAINER_VERSION}_${sum}"
 }
+
+# The real node's binaries (hack/build-tools.sh node; hack/node.sh and hack/images.sh run them), in a cache
+# directory of their own keyed by the node modules' go.mod files and the kubernetes module's (kubelet and kube-proxy
+# come from hack/tools/kubernetes), so pinning them never changes trainguard_bin_dir's key and `make test` never
+# builds them. Interface (what other scripts may rely on), all in $(trainguard_node_dir):
+#   runc                                   runc v1.5.3 (CGO, seccomp)
+#   containerd ctr containerd-shim-runc-v2 containerd v2.4.2
+#   kubelet kube-proxy                     Kubernetes $KUBERNETES_VERSION
+#   buildkitd buildctl                     BuildKit v0.34.2 (hack/images.sh only)
+#   cni/bridge cni/host-local cni/loopback cni/portmap   CNI plugins v1.10.0 (containerd's CNI bin_dirs = cni/)
+TRAINGUARD_NODE_MODULES=(runc containerd cni buildkit)
+node_module_version() {  # MODULE PATH: the version hack/tools/node/MODULE/go.mod requires of PATH
+  awk -v p="$2" '$1=="require" && $2==p {print $3}' "$(dirname "${BASH_SOURCE[0]}")/tools/node/$1/go.mod"
+}
+trainguard_node_dir() {
+  if [[ -n "${TRAINGUARD_NODE_DIR:-}" ]]; then echo "$TRAINGUARD_NODE_DIR"; return; fi
+  local sum m tools
+  tools=$(dirname "${BASH_SOURCE[0]}")/tools
+  sum=$({ for m in "${TRAINGUARD_NODE_MODULES[@]}"; do cat "$tools/node/$m/go.mod"; done
+          cat "$tools/kubernetes/go.mod" "$tools/node/kubernetes.sum"; } | sha256sum | cut -c1-8)
+  echo "${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/node/k8s-${KUBERNETES_VERSION}_containerd-$(node_module_version containerd github.com/containerd/containerd/v2)_runc-$(node_module_version runc github.com/opencontainers/runc)_${sum}/bin"
+}
