@@ -9,12 +9,12 @@ and the caller's objects are never touched.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from trainguard.webhook.api.views import ReplicatedJob, Runtime, RuntimeRef, TrainJob, Trainer
 from trainguard.webhook.runtime import merge
+from trainguard.webhook.runtime.json_copy import deep_copy
 from trainguard.webhook.runtime.names import ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
 
 
@@ -34,7 +34,7 @@ def as_object(obj: Any) -> dict:
         obj = obj.dump()
     if not isinstance(obj, Mapping):
         raise TypeError(f"expected an object (dict or model), got {type(obj).__name__}")
-    return copy.deepcopy(dict(obj))
+    return deep_copy(dict(obj))
 
 
 @dataclass

@@ -20,11 +20,11 @@ All functions return new values and never modify their arguments.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
 from trainguard.webhook.api import views
+from trainguard.webhook.runtime.json_copy import deep_copy
 
 # Field name -> merge key of the list under it. Field names are unambiguous inside a JobSet spec.
 MERGE_KEYS: Mapping[str, str] = {
@@ -55,7 +55,7 @@ class MergeError(ValueError):
 
 def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
     """Merge ``patch`` onto ``base`` with strategic-merge-patch semantics; ``field`` names the list being merged."""
-    return _merge_owned(copy.deepcopy(dict(base) if isinstance(base, Mapping) else base), patch, field)
+    return _merge_owned(deep_copy(dict(base) if isinstance(base, Mapping) else base), patch, field)
 
 
 def _merge_owned(base: Any, patch: Any, field: str = "") -> Any:
@@ -131,7 +131,7 @@ def _strip_directives(value: Any) -> Any:
         return {k: _strip_directives(v) for k, v in value.items() if k != _DIRECTIVE and v is not None}
     if isinstance(value, list):
         return [_strip_directives(v) for v in value if not (isinstance(v, Mapping) and v.get(_DIRECTIVE) == "delete")]
-    return copy.deepcopy(value)
+    return deep_copy(value)
 
 
 def typed_patch(value: Any) -> Any:
@@ -158,7 +158,7 @@ def patch_template(patch: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapping[str, Any]]) -> dict:
     """The runtime's JobSet spec with every patch's ``template.spec`` merged in list order."""
-    merged: dict = copy.deepcopy(dict(jobset_spec))  # the one copy of the runtime's spec; patches merge into it
+    merged: dict = deep_copy(dict(jobset_spec))  # the one copy of the runtime's spec; patches merge into it
     original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
     for patch in patches:
         spec_patch = typed_patch(patch_template(patch).get("spec"))
@@ -191,7 +191,7 @@ def merge_template_metadata(
 
 def merge_resources(container: Mapping[str, Any], resources_per_node: Mapping[str, Any] | None) -> dict:
     """``resourcesPerNode`` merged per resource name into the container's resources (claims by name)."""
-    out = copy.deepcopy(dict(container))
+    out = deep_copy(dict(container))
     if resources_per_node:
         out["resources"] = _merge_owned(out.get("resources") or {}, typed_patch(resources_per_node))
     return out
@@ -202,7 +202,7 @@ def upsert(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[Mappin
 
     Linear: the first position of each key is indexed once (a scan per new item was quadratic in the env list).
     """
-    out = [copy.deepcopy(dict(i)) for i in items or []]
+    out = [deep_copy(dict(i)) for i in items or []]
     first: dict[Any, int] = {}
     for i, cur in enumerate(out):
         first.setdefault(_token(cur.get(key)), i)
@@ -211,15 +211,15 @@ def upsert(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[Mappin
         index = first.get(token)
         if index is None:
             first[token] = len(out)
-            out.append(copy.deepcopy(dict(new)))
+            out.append(deep_copy(dict(new)))
         else:
-            out[index] = copy.deepcopy(dict(new))
+            out[index] = deep_copy(dict(new))
     return out
 
 
 def upsert_ports(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[Mapping[str, Any]]) -> list[dict]:
     """Ports are the same port when their containerPort or (non-empty) name matches."""
-    out = [copy.deepcopy(dict(i)) for i in items or []]
+    out = [deep_copy(dict(i)) for i in items or []]
     for new in new_items:
         index = next(
             (
@@ -230,9 +230,9 @@ def upsert_ports(items: Iterable[Mapping[str, Any]] | None, new_items: Iterable[
             None,
         )
         if index is None:
-            out.append(copy.deepcopy(dict(new)))
+            out.append(deep_copy(dict(new)))
         else:
-            out[index] = copy.deepcopy(dict(new))
+            out[index] = deep_copy(dict(new))
     return out
 
 
@@ -245,7 +245,7 @@ def override_container(
     env: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict:
     """The trainer layer: image/command/args replaced when given, env upserted by name."""
-    out = copy.deepcopy(dict(container))
+    out = deep_copy(dict(container))
     if image:
         out["image"] = image
     if command is not None:
