@@ -53,6 +53,24 @@ def _name_only(obj: Object) -> Object:
     return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
 
 
+# JobSets: only what admission reads of them, the TrainJob UPDATE rule "runtimePatches cannot change while a
+# replicated job is active" (``trainguard.webhook.runtime.jobset``): each replicatedJobsStatus entry's name and active
+# count. A cluster holds one JobSet per TrainJob and a whole one is kilobytes of pod templates: kept whole, they were
+# most of the webhook's memory at 10,000 TrainJobs. A replicatedJobsStatus that is not a list is kept as it is (the
+# rule reports it).
+def jobset_admission_view(obj: Object) -> Object:
+    meta = obj.get("metadata") or {}
+    out: Object = {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta}}
+    status = obj.get("status")
+    if isinstance(status, dict) and "replicatedJobsStatus" in status:
+        statuses = status["replicatedJobsStatus"]
+        if isinstance(statuses, list):
+            statuses = [{k: s[k] for k in ("name", "active") if k in s} if isinstance(s, dict) else s
+                        for s in statuses]
+        out["status"] = {"replicatedJobsStatus": statuses}
+    return out
+
+
 # Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (trainguard.webhook.policy.multikueue).
 def _local_queue_target(obj: Object) -> Object:
     meta = obj.get("metadata") or {}
@@ -109,7 +127,7 @@ SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
     SnapshotField("policies", r.TRAINJOB_POLICIES, _by_name),
     SnapshotField("namespace_labels", r.NAMESPACES, _labels_by_name, _namespace_metadata_only),
     SnapshotField("dataset_caches", r.DATASET_CACHES, _by_key),
-    SnapshotField("jobsets", r.JOBSETS, _by_key),
+    SnapshotField("jobsets", r.JOBSETS, _by_key, jobset_admission_view),
     SnapshotField("priority_classes", r.PRIORITY_CLASSES, _names, _name_only),
     SnapshotField("kueue_local_queues", r.LOCAL_QUEUES, _cluster_queues_by_local_queue, _local_queue_target, True),
     SnapshotField("kueue_cluster_queues", r.CLUSTER_QUEUES, _checks_by_cluster_queue, _cluster_queue_checks, True),
