@@ -65,9 +65,11 @@ log = logging.getLogger(__name__)
 TRAINJOB = "TrainJob"
 DATASET_CACHE = "DatasetCache"
 RUNTIME_SNAPSHOT = "RuntimeSnapshot"
-# What the Enforce check reads; runtimes, DatasetCaches and JobSets come from the reconciler's own caches.
+# What the Enforce check reads; runtimes and DatasetCaches come from the reconciler's own caches. Not JobSets: the
+# check never reads them, and a field that changes with every reconcile made each reconcile rebuild the snapshot's
+# copy of every JobSet (quadratic in a burst of TrainJobs).
 POLICY_VIEW_FIELDS = ("training_runtimes", "cluster_training_runtimes", "policies", "namespace_labels",
-                      "dataset_caches", "jobsets")
+                      "dataset_caches")
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
@@ -135,7 +137,7 @@ class Controller:
             kube, ClusterSnapshot, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],
             shared={"training_runtimes": self.training_runtimes,
                     "cluster_training_runtimes": self.cluster_training_runtimes,
-                    "dataset_caches": self.dataset_caches, "jobsets": self.jobsets},
+                    "dataset_caches": self.dataset_caches},
         )
         self.policies = self.policy_view.informers["policies"]
         self.namespaces = self.policy_view.informers["namespace_labels"]

@@ -52,3 +52,19 @@ def test_podgroup_kinds_are_optional_caches() -> None:
     assert optional == {COSCHEDULING_PODGROUPS.plural + "." + COSCHEDULING_PODGROUPS.group,
                         VOLCANO_PODGROUPS.plural + "." + VOLCANO_PODGROUPS.group}
     assert not any(inf.absent_ok for inf in controller._informers if inf.resource is TRAINJOBS)
+
+
+def test_the_enforce_snapshot_is_not_rebuilt_when_a_jobset_changes() -> None:
+    """Every reconcile writes a JobSet; were JobSets a field of the Enforce check's snapshot, each reconcile would
+    copy every cached JobSet into a new snapshot (quadratic in a burst). The check never reads them."""
+    from trainguard.webhook.kube.client import WatchEvent
+
+    controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
+    first = controller.policy_view.snapshot()
+    for i in range(3):
+        controller.jobsets._apply(WatchEvent("ADDED", {"metadata": {"name": f"j{i}", "namespace": "ns",
+                                                                    "resourceVersion": str(i + 1)}}))
+    assert len(controller.jobsets) == 3
+    assert controller.policy_view.snapshot() is first
+    controller.policies._apply(WatchEvent("ADDED", {"metadata": {"name": "p", "resourceVersion": "9"}}))
+    assert controller.policy_view.snapshot() is not first  # a policy change still reaches the check
