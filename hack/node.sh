@@ -435,6 +435,7 @@ down() {
     local deadline=$((SECONDS + 30))
     while ((SECONDS < deadline)) && running_tasks | grep -q .; do sleep 0.5; done
   fi
+  local t_pods=$SECONDS
   for n in kube-proxy kubelet; do stop_recorded "$pids" "$n" && stopped=$((stopped + 1)); done
   # Whatever kubelet did not stop: killed through containerd, then containerd itself.
   if alive "$pids/containerd.pid" /containerd; then
@@ -452,13 +453,14 @@ down() {
     kill -9 $left 2>/dev/null || true
     for _ in $(seq 1 50); do [[ -z $( { shim_pids; cgroup_pids; } ) ]] && break; sleep 0.1; done
   fi
+  local t_node=$SECONDS
   if [[ -f $cluster_dir/kubeconfig || -f $cluster_dir/etcd.pid ]]; then
     TRAINGUARD_CLUSTER_DIR=$cluster_dir "$here/cluster.sh" down 2>/dev/null && stopped=$((stopped + 2))
   fi
   if [[ -n ${TRAINGUARD_NODE_KEEP_LOGS:-} && -d $logs ]]; then
     mkdir -p "$TRAINGUARD_NODE_KEEP_LOGS" && cp -r "$logs"/. "$TRAINGUARD_NODE_KEEP_LOGS"/ 2>/dev/null || true
   fi
-  log "stopped $stopped process(es) in $((SECONDS - t0)) s; putting the host back"
+  log "stopped $stopped process(es) in $((SECONDS - t0)) s (pods $((t_pods - t0)) s, node $((t_node - t_pods)) s, control plane $((SECONDS - t_node)) s); putting the host back"
   if ! recorded; then die "no host record in $record: nothing to put back"; fi
   python3 "$here/node_host.py" undo "$record"
   log "down in $((SECONDS - t0)) s: the host is as 'up' found it"

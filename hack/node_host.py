@@ -459,11 +459,15 @@ def undo(args: argparse.Namespace) -> int:
         ("cgroups", lambda: restore_cgroups(before, cfg, problems, log)),
         ("paths", lambda: restore_paths(before, cfg, rec, problems, log)),
     ]
+    took = {}
     for name, step in steps:
+        t0 = time.monotonic()
         try:
             step()
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             problems.append(f"{name}: {e}")
+        took[name] = time.monotonic() - t0
+    log("restored in " + ", ".join(f"{n} {t:.1f} s" for n, t in took.items()))
     for p in problems:
         log(f"could not restore: {p}")
     last = [p for p in cfg.owned + cfg.touched if not before["paths"].get(p, True) and holds(p, rec)]
@@ -516,7 +520,8 @@ def differences(before: dict, now: dict, cfg: Config | None = None) -> list[str]
         if under(mp, roots):
             out.append(f"mount {mp} is new")
     for mp in sorted(set(before["mounts"]) - set(now["mounts"])):
-        out.append(f"mount {mp} is gone")
+        if under(mp, roots):
+            out.append(f"mount {mp} is gone")
     for name in sorted(set(now["links"]) ^ set(before["links"])):
         out.append(f"interface {name} is {'new' if name in now['links'] else 'gone'}")
     for h, tops in now["cgroups"].items():
