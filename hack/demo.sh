@@ -32,9 +32,9 @@ run_ms=${DEMO_POD_RUN_MS:-5000}
 export E2E_NODES=8 E2E_GPUS_PER_NODE=8 E2E_NODES_PER_CLIQUE=4 E2E_SUCCEED_IMAGE=ghcr.io/acme/train:1.0 \
   E2E_POD_RUN_MS=$run_ms
 pids=()      # trainguard webhook, controller, Kueue
-watchers=()  # the phase logs of step 5
+watchers=()  # background kubectl: Kueue's CRDs, the phase logs of steps 4 and 5
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step() { printf '\n\033[1m== %s\033[0m \033[2m(at %d s)\033[0m\n' "$*" "$SECONDS"; }
 note() { printf '\033[2m%s\033[0m\n' "$*"; }
 cleanup() {
   local rc=$? pid
@@ -71,20 +71,34 @@ wait_until() {  # wait_until SECONDS DESCRIPTION COMMAND...
   done
 }
 
+# What `KEEP=1 make demo` left running: trainguard and Kueue first (the pids it recorded, each only if it still has
+# this state directory in its arguments, since pids get reused), then the cluster.
+stop_previous() {
+  local pid
+  [[ -f $TRAINGUARD_CLUSTER_DIR/demo.pids ]] || return 0
+  for pid in $(<"$TRAINGUARD_CLUSTER_DIR/demo.pids"); do
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$TRAINGUARD_CLUSTER_DIR"; then
+      kill "$pid" 2>/dev/null || true
+    fi
+  done
+}
+record() { echo "${pids[*]}" >"$TRAINGUARD_CLUSTER_DIR/demo.pids"; }
+
 step "1. a simulated GPU cluster: the real control plane and JobSet controller, kwok for the kubelets"
+stop_previous
 hack/e2e-cluster.sh down >/dev/null 2>&1 || true
 kubeconfig=$(hack/e2e-cluster.sh up 2> >(grep --line-buffered -v '^build-tools: ' >&2) | tail -n 1)
 bin=$(cat "$TRAINGUARD_CLUSTER_DIR/bin_dir")
 k() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-# quiet K: run kubectl, print nothing (for wait_until and bash -c probes)
-export -f k && export bin kubeconfig
-# Kueue's CRDs now, so that trainguard's caches and Kueue's manager find its kinds served when they start.
-k apply --server-side -f "$bin/crds/kueue/" >/dev/null
-wait_until 60 "Kueue's kinds to be served" \
-  k get workloads,clusterqueues,localqueues,resourceflavors,topologies,workloadpriorityclasses -A
+export -f k && export bin kubeconfig  # for the `bash -c` probes below
+# Kueue's CRDs are large (the apiserver takes a while to serve them): installed in the background while trainguard
+# starts; the Kueue manager starts once they are served.
+k apply --server-side -f "$bin/crds/kueue/" >"$logs/kueue-crds.log" 2>&1 &
+crds_pid=$!
+watchers+=("$crds_pid")
 k get nodes -o custom-columns='NODE:.metadata.name,CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique,GPUS:.status.allocatable.nvidia\.com/gpu,READY:.status.conditions[?(@.type=="Ready")].status'
 
-step "2. trainguard webhook + controller"
+step "2. trainguard webhook + controller, and the Kueue manager v0.17.0"
 k create namespace trainguard-system >/dev/null
 port=$(free_port); health=$(free_port); metrics=$(free_port)
 # The webhook configurations point at the loopback URL; the webhook fills in caBundle itself from its Secret.
@@ -98,18 +112,15 @@ pids+=($!)
 "$py/trainguard" controller --kubeconfig "$kubeconfig" --metrics-bind-address "127.0.0.1:$metrics" \
   --leader-elect-namespace trainguard-system >"$logs/controller.log" 2>&1 &
 pids+=($!)
-wait_until 60 "webhook /readyz" serving "trainguard webhook" "${pids[0]}" "http://127.0.0.1:$health/readyz"
-wait_until 60 "controller /readyz" serving "trainguard controller" "${pids[1]}" "http://127.0.0.1:$metrics/readyz"
-wait_until 30 "CA injected into the webhook configurations" \
-  bash -c '[[ -n $(k get validatingwebhookconfiguration trainguard-validating -o jsonpath="{.webhooks[0].clientConfig.caBundle}") ]]'
-echo "webhook https://127.0.0.1:$port (health :$health), controller metrics :$metrics; leader lease:"
-k -n trainguard-system get lease -o custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity
+record
 
-step "3. Kueue, and what the platform admin applies: a TrainJobPolicy and Kueue's queues"
+# Kueue out of cluster, started beside trainguard: its serving certificate (127.0.0.1) from the cluster CA, which
+# its webhook configurations then trust; Topology-Aware Scheduling on (Beta, on by default in v0.17: explicit, so
+# a later default cannot turn the demo's placement off); VisibilityOnDemand would need an APIService;
+# KUEUE_METRICS_CERT_DIR: see hack/tools/kueue/main.go.
 kueue_bin=$(hack/build-tools.sh kueue 2>/dev/null | tail -n 1)/kueue
 kdir=$TRAINGUARD_CLUSTER_DIR/kueue
 mkdir -p "$kdir/certs"
-# Kueue's serving certificate (127.0.0.1) from the cluster CA, which its webhook configurations then trust.
 openssl req -newkey rsa:2048 -nodes -subj "/CN=kueue-webhook" -keyout "$kdir/certs/tls.key" -out "$kdir/tls.csr" 2>/dev/null
 printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$kdir/serving.ext"
 openssl x509 -req -in "$kdir/tls.csr" -CA "$TRAINGUARD_CLUSTER_DIR/pki/ca.crt" -CAkey "$TRAINGUARD_CLUSTER_DIR/pki/ca.key" \
@@ -126,11 +137,14 @@ internalCertManagement: {enable: false}
 manageJobsWithoutQueueName: false
 integrations: {frameworks: [trainer.kubeflow.org/trainjob, jobset.x-k8s.io/jobset]}
 EOF
-# VisibilityOnDemand would need an APIService; KUEUE_METRICS_CERT_DIR: see hack/tools/kueue/main.go.
+wait "$crds_pid" || { echo "installing Kueue's CRDs failed:" >&2; cat "$logs/kueue-crds.log" >&2; exit 1; }
+watchers=()
+wait_until 60 "Kueue's kinds to be served" \
+  k get workloads,clusterqueues,localqueues,resourceflavors,topologies,workloadpriorityclasses -A
 KUEUE_METRICS_CERT_DIR=$kdir/certs "$kueue_bin" --config "$kdir/config.yaml" --kubeconfig "$kubeconfig" \
   --feature-gates VisibilityOnDemand=false,TopologyAwareScheduling=true >"$logs/kueue.log" 2>&1 &
 pids+=($!)
-wait_until 90 "Kueue /readyz" serving "the Kueue manager" "${pids[2]}" "http://127.0.0.1:$kueue_health/readyz"
+record
 # Kueue's own webhook configurations (config/components/webhook in the pinned module), for the kinds used here,
 # pointed at the loopback URL. Their names sort before trainguard's, so the apiserver calls Kueue's mutating
 # webhook first, as in a cluster where both are installed.
@@ -153,9 +167,18 @@ for doc in yaml.safe_load_all(open(src)):
     out.append(doc)
 yaml.safe_dump_all(out, sys.stdout)
 EOF
+
+wait_until 60 "webhook /readyz" serving "trainguard webhook" "${pids[0]}" "http://127.0.0.1:$health/readyz"
+wait_until 60 "controller /readyz" serving "trainguard controller" "${pids[1]}" "http://127.0.0.1:$metrics/readyz"
+wait_until 30 "CA injected into the webhook configurations" \
+  bash -c '[[ -n $(k get validatingwebhookconfiguration trainguard-validating -o jsonpath="{.webhooks[0].clientConfig.caBundle}") ]]'
+wait_until 90 "Kueue /readyz" serving "the Kueue manager" "${pids[2]}" "http://127.0.0.1:$kueue_health/readyz"
 k apply -f "$kdir/webhooks.yaml" >/dev/null
-echo "Kueue manager v0.17.0: webhook https://127.0.0.1:$kueue_port, health :$kueue_health"
-echo
+echo "trainguard webhook https://127.0.0.1:$port (health :$health), controller metrics :$metrics"
+echo "Kueue manager v0.17.0 webhook https://127.0.0.1:$kueue_port (health :$kueue_health)"
+k -n trainguard-system get lease -o custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity
+
+step "3. what the platform admin applies: a TrainJobPolicy and Kueue's queues"
 k apply --server-side -f examples/gpu-topology-policy.yaml
 # Kueue's webhooks take a moment to reach the apiserver's admission chain: retry the first apply.
 wait_until 30 "Kueue's webhooks" k apply --server-side -f examples/kueue-gpu-queues.yaml
