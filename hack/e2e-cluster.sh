@@ -51,6 +51,7 @@ worker() { [[ $role == worker ]]; }
 
 log() { printf 'e2e-cluster: %s\n' "$*" >&2; }
 die() { printf 'e2e-cluster: error: %s\n' "$*" >&2; exit 1; }
+[[ $per_clique =~ ^[1-9][0-9]*$ ]] || die "E2E_NODES_PER_CLIQUE must be a positive integer, not '$per_clique'"
 
 # client_kubeconfig NAME CN [O]: a client certificate signed by the cluster CA and a kubeconfig that uses it.
 client_kubeconfig() {
