@@ -22,7 +22,7 @@ One review, start to end (``AdmissionHandler.handle``):
    safe to run in threads: it is pure, reads the ``ClusterSnapshot`` (an immutable value taken on the event loop)
    and works on its own copy of the object (``tests/unit/admission/test_review_threads.py``).
 6. Encode: for the mutating webhook a minimal RFC 6902 patch from the ORIGINAL object to ``Verdict.obj``
-   (jsonpatch; never the whole object); warnings; denials with status code 403 and the policy's message.
+   (``json_patch``; never the whole object); warnings; denials with status code 403 and the policy's message.
 
 Every review ends in one JSON log line (uid, webhook, kind, namespace/name, operation, dryRun, verdict, reason,
 patch size, duration) and in the metrics.
@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal, Mapping
 
-import jsonpatch
 from aiohttp import web
 
 from trainguard.process.probes import Probe, probe_app
 from trainguard.webhook.admission.budget import BodyBudget, BudgetSettings
 from trainguard.webhook.admission.connections import track_requests
+from trainguard.webhook.admission.json_patch import make_patch
 from trainguard.webhook.admission.metrics import AdmissionMetrics
 from trainguard.webhook.admission.review import (
     AdmissionReview,
@@ -288,7 +288,7 @@ class AdmissionHandler:
             return denied_response(req.uid, message, warnings=warnings), Outcome("denied", reason, warnings=len(warnings))
         if route.mutating and verdict.obj is not None:
             try:
-                patch = jsonpatch.make_patch(req.object, verdict.obj).patch
+                patch = make_patch(req.object, verdict.obj)
             except Exception as e:
                 self.metrics.policy_errors.labels(route.name).inc()
                 log.exception("patch computation failed", extra={"uid": req.uid, "webhook": route.name})
