@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: trainguard end to end among the real components it works with, in about a minute, changing nothing
-# on the host: every process runs as this user and listens on 127.0.0.1 (no node, no containers, no iptables, no
-# sysctls); kwok plays the kubelets.
+# `make demo`: trainguard end to end among the real components it works with, changing nothing on the host: every
+# process runs as this user and listens on 127.0.0.1 (no node, no containers, no iptables, no sysctls); kwok plays
+# the kubelets. Most of its time is starting the cluster (step 1); the jobs themselves take about 20 s.
 #
 #  1. a simulated GPU cluster (hack/e2e-cluster.sh): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 #     the JobSet controller v0.12.0, and kwok for 8 fake nodes x 8 nvidia.com/gpu in two NVLink cliques of 4 nodes;
@@ -118,7 +118,7 @@ record
 # its webhook configurations then trust; Topology-Aware Scheduling on (Beta, on by default in v0.17: explicit, so
 # a later default cannot turn the demo's placement off); VisibilityOnDemand would need an APIService;
 # KUEUE_METRICS_CERT_DIR: see hack/tools/kueue/main.go.
-kueue_bin=$(hack/build-tools.sh kueue 2>/dev/null | tail -n 1)/kueue
+kueue_bin=$(hack/build-tools.sh kueue 2>"$logs/build-tools.log" | tail -n 1)/kueue
 kdir=$TRAINGUARD_CLUSTER_DIR/kueue
 mkdir -p "$kdir/certs"
 openssl req -newkey rsa:2048 -nodes -subj "/CN=kueue-webhook" -keyout "$kdir/certs/tls.key" -out "$kdir/tls.csr" 2>/dev/null
