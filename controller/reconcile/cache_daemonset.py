@@ -31,13 +31,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
 from trainguard.cache.report import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
-from trainguard.webhook.api.constants import TRAINGUARD_API_VERSION
+from trainguard.webhook.api.apimachinery import controller_reference, format_time
+from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION
 from trainguard.webhook.api.quantity import QuantityError, parse_quantity
 from trainguard.webhook.api.trainguard import DatasetCache
 from trainguard.webhook.field import aggregate
@@ -374,7 +375,7 @@ def compute_status(
         message = f"{ready_nodes}/{desired} nodes have the warm set resident"
     if unreported:
         message += f"; {unreported} ready agent(s) have not reported bytes resident yet"
-    transition = _format_time(now)
+    transition = format_time(now)
     for old in (previous or {}).get("conditions") or []:
         if old.get("type") == "Ready" and old.get("status") == cond_status and old.get("lastTransitionTime"):
             transition = old["lastTransitionTime"]
@@ -409,14 +410,7 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def _owner_reference(spec: CacheSpec) -> dict:
-    return {
-        "apiVersion": spec.api_version,
-        "kind": "DatasetCache",
-        "name": spec.name,
-        "uid": spec.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return controller_reference(spec.api_version, DATASET_CACHE_KIND, {"metadata": {"name": spec.name, "uid": spec.uid}})
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -425,9 +419,3 @@ def _bounded(text: str, limit: int) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{text[: limit - 9].rstrip('-.')}-{digest}"
-
-
-def _format_time(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

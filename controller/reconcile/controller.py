@@ -37,6 +37,13 @@ from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
 from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
 from trainguard.webhook.api.apimachinery import controller_owner
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    DATASET_CACHE_KIND,
+    TRAINER_GROUP,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+)
 from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
@@ -62,8 +69,8 @@ from trainguard.webhook.runtime.snapshot import LABEL_OF_UID, snapshot_name
 
 log = logging.getLogger(__name__)
 
-TRAINJOB = "TrainJob"
-DATASET_CACHE = "DatasetCache"
+TRAINJOB = TRAINJOB_KIND
+DATASET_CACHE = DATASET_CACHE_KIND
 RUNTIME_SNAPSHOT = "RuntimeSnapshot"
 # What the Enforce check reads; runtimes and DatasetCaches come from the reconciler's own caches. Not JobSets: the
 # check never reads them, and a field that changes with every reconcile made each reconcile rebuild the snapshot's
@@ -194,7 +201,7 @@ class Controller:
         self.snapshots.add_handler(snapshot_changed)
 
         def owned(ev: CacheEvent) -> None:
-            owner = controller_owner(ev.obj, "TrainJob", "trainer.kubeflow.org")
+            owner = controller_owner(ev.obj, TRAINJOB_KIND, TRAINER_GROUP)
             if owner:
                 add((TRAINJOB, object_key(ev.obj)[0], owner))
 
@@ -220,8 +227,8 @@ class Controller:
             if ev.type == "DELETED":
                 return
             obj = dict(ev.obj)
-            obj.setdefault("kind", "TrainingRuntime" if (obj.get("metadata") or {}).get("namespace")
-                           else "ClusterTrainingRuntime")
+            obj.setdefault("kind", TRAINING_RUNTIME_KIND if (obj.get("metadata") or {}).get("namespace")
+                           else CLUSTER_TRAINING_RUNTIME_KIND)
             for ns, name in trainjobs_using_runtime(self.trainjobs, obj):
                 add((TRAINJOB, ns, name))
 

@@ -36,10 +36,11 @@ from trainguard.controller.reconcile.cache_daemonset import (
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import GateReleaser
 from trainguard.controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
+from trainguard.webhook.api.apimachinery import controller_owner, format_time
+from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION, TRAINGUARD_GROUP
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import NotFound
-from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.webhook.kube.resources import DAEMONSETS, DATASET_CACHES, resource_for
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, source_errors
 
@@ -52,7 +53,7 @@ def refused_status(cache: Mapping[str, Any], message: str, *, now: datetime,
                    previous: Mapping[str, Any] | None = None) -> dict:
     """``status`` of a DatasetCache whose source the admin does not allow: nothing desired, nothing ready, and a
     Ready=False condition that says why (its ``lastTransitionTime`` kept while Ready stays False)."""
-    transition = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    transition = format_time(now)
     for old in (previous or {}).get("conditions") or []:
         if old.get("type") == "Ready" and old.get("status") == "False" and old.get("lastTransitionTime"):
             transition = old["lastTransitionTime"]
@@ -109,7 +110,7 @@ class DatasetCacheReconciler:
             if self._gates is not None:
                 await self._gates.reconcile(namespace, name, cache)
             return Result()
-        cache = {"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache", **cache}
+        cache = {"apiVersion": TRAINGUARD_API_VERSION, "kind": DATASET_CACHE_KIND, **cache}
         refused = source_errors(cache, self._sources)
         if refused:
             new_status = await self._refuse(namespace, name, cache, aggregate(refused))
@@ -152,7 +153,7 @@ class DatasetCacheReconciler:
         """No agents for a source the admin does not allow: delete the DaemonSet this cache owns, say why."""
         deleted = False
         daemonset = self._daemonsets.get(agent_name(name), namespace)
-        if daemonset is not None and controller_owner(daemonset, "DatasetCache", "trainguard.io") == name:
+        if daemonset is not None and controller_owner(daemonset, DATASET_CACHE_KIND, TRAINGUARD_GROUP) == name:
             try:
                 await self._kube.delete(DAEMONSETS, agent_name(name), namespace)
                 deleted = True

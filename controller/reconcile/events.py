@@ -22,10 +22,10 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
+from trainguard.webhook.api.apimachinery import format_micro_time, format_time
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.resources import Resource
 
-from trainguard.controller.reconcile.leader import micro_time
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,10 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}", "namespace": namespace},
-            "eventTime": micro_time(moment),
+            "eventTime": format_micro_time(moment),
             # What core/v1 readers (kubectl's legacy view, the Kubeflow SDK) sort and filter on.
-            "firstTimestamp": legacy_time(moment),
-            "lastTimestamp": legacy_time(moment),
+            "firstTimestamp": format_time(moment),  # whole seconds, as core/v1 Events carry them
+            "lastTimestamp": format_time(moment),
             "count": 1,
             "reportingComponent": REPORTING_CONTROLLER,
             "reportingInstance": self._instance,
@@ -95,8 +95,3 @@ class EventRecorder:
             await self._kube.create(CORE_EVENTS, body, namespace)
         except Exception as err:  # best effort
             log.warning("could not record event %s/%s on %s: %s", type_, reason, meta.get("name"), err)
-
-
-def legacy_time(moment: datetime) -> str:
-    """metav1.Time (whole seconds), as core/v1 Events carry ``firstTimestamp``/``lastTimestamp``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

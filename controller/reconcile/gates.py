@@ -37,6 +37,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from trainguard.webhook.api.constants import TRAINER_API_VERSION, TRAINJOB_KIND
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
 from trainguard.webhook.kube.informer import strip_managed_fields
@@ -210,7 +211,7 @@ class GateReleaser:
         trainjob = self._trainjobs.get(job, namespace) if job else None
         if trainjob is None:
             return
-        regarding = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", **trainjob}
+        regarding = {"apiVersion": TRAINER_API_VERSION, "kind": TRAINJOB_KIND, **trainjob}
         await self._events.record(regarding, type_, reason, note)
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
+from trainguard.webhook.api.apimachinery import format_micro_time
+
 log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
@@ -63,9 +65,6 @@ class ElectionConfig:
             raise ValueError("leader election identity must not be empty")
 
 
-def micro_time(moment: datetime) -> str:
-    """metav1.MicroTime as the apiserver expects it."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _record(lease: Object) -> tuple[Any, ...]:
@@ -136,7 +135,7 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == cfg.identity:
             new_spec = self._spec(now, acquire_time=None, transitions=transitions)
-            new_spec["acquireTime"] = spec.get("acquireTime") or micro_time(now)
+            new_spec["acquireTime"] = spec.get("acquireTime") or format_micro_time(now)
         else:
             new_spec = self._spec(now, acquire_time=now, transitions=transitions + 1)
         updated = {**lease, "spec": new_spec}
@@ -156,7 +155,8 @@ class LeaderElector:
             return
         now = self._wall()
         spec = dict(lease["spec"])
-        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=micro_time(now), acquireTime=micro_time(now))
+        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=format_micro_time(now),
+                    acquireTime=format_micro_time(now))
         try:
             await self._api.replace({**lease, "spec": spec})
         except Conflict:
@@ -217,11 +217,11 @@ class LeaderElector:
         spec: Object = {
             "holderIdentity": self.config.identity,
             "leaseDurationSeconds": int(round(self.config.lease_duration)),
-            "renewTime": micro_time(now),
+            "renewTime": format_micro_time(now),
             "leaseTransitions": transitions,
         }
         if acquire_time is not None:
-            spec["acquireTime"] = micro_time(acquire_time)
+            spec["acquireTime"] = format_micro_time(acquire_time)
         return spec
 
     def _won(self, lease: Object, started: float) -> bool:

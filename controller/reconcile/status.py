@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api import constants as api_constants
+from trainguard.webhook.api.apimachinery import format_time, parse_time
 from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
 from trainguard.webhook.api.views import TrainJob, replicated_jobs
 
@@ -94,17 +95,6 @@ class StatusDecision:
 
     def changed(self, trainjob: Mapping[str, Any]) -> bool:
         return _comparable(self.status) != _comparable(trainjob.get("status") or {})
-
-
-# ---- time -------------------------------------------------------------------------------------------------------
-def format_time(moment: datetime) -> str:
-    """metav1.Time: RFC 3339 in UTC with second precision."""
-    return moment.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> datetime:
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 # ---- predicates -------------------------------------------------------------------------------------------------

@@ -41,6 +41,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    TRAINER_API_VERSION,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+)
 from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -368,10 +374,10 @@ def _truncate(message: str) -> str:
     return message if len(message) <= MAX_EVENT_ERROR else message[:MAX_EVENT_ERROR] + " ..."
 
 
-def _with_type(obj: Mapping[str, Any], kind: str = "TrainJob") -> Object:
+def _with_type(obj: Mapping[str, Any], kind: str = TRAINJOB_KIND) -> Object:
     """Objects from list calls lack apiVersion/kind; the build and the snapshot need them."""
     out = dict(obj)
-    out.setdefault("apiVersion", "trainer.kubeflow.org/v1alpha1")
+    out.setdefault("apiVersion", TRAINER_API_VERSION)
     out.setdefault("kind", kind)
     return out
 
@@ -380,13 +386,13 @@ def trainjobs_using_runtime(trainjobs: Any, runtime: Mapping[str, Any]) -> list[
     """Keys of unfinished TrainJobs that reference ``runtime`` and have no snapshot yet is unknown here, so all
     unfinished referencing jobs: a runtime that appears late unblocks jobs that failed to find it."""
     meta = KubeObject(runtime).metadata
-    kind = runtime.get("kind") or ("TrainingRuntime" if meta.namespace else "ClusterTrainingRuntime")
+    kind = runtime.get("kind") or (TRAINING_RUNTIME_KIND if meta.namespace else CLUSTER_TRAINING_RUNTIME_KIND)
     keys: list[tuple[str, str]] = []
     for (namespace, name), job in trainjobs.items():
         ref = TrainJob(job).runtime_ref
         if ref.name != meta.name or ref.kind != kind:
             continue
-        if kind == "TrainingRuntime" and namespace != meta.namespace:
+        if kind == TRAINING_RUNTIME_KIND and namespace != meta.namespace:
             continue
         if not st.is_finished(job):
             keys.append((namespace, name))

@@ -15,7 +15,18 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal, Mapping
 
-from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    DATASET_CACHE_KIND,
+    LABEL_WEBHOOK_VALIDATION,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+    TRAINGUARD_GROUP,
+    TRAINGUARD_VERSION,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+    TRAINJOB_POLICY_KIND,
+)
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 
 PolicyFunction = Callable[[AdmissionInput, ClusterSnapshot], Verdict]
@@ -41,37 +52,35 @@ class WebhookRoute:
         return f"{self.group}/{self.version}"
 
 
-TRAINER = "trainer.kubeflow.org"
-TRAINGUARD = "trainguard.io"
 UPSTREAM_RUNTIME_OPT_OUT = LABEL_WEBHOOK_VALIDATION
 
 ROUTES: tuple[WebhookRoute, ...] = (
     WebhookRoute(
         "/mutate-trainer-kubeflow-org-v1alpha1-trainjob", "defaulter.trainjob.trainer.kubeflow.org", True,
-        TRAINER, "v1alpha1", "TrainJob", "trainjobs", "Namespaced", "mutate_trainjob",
+        TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND, "trainjobs", "Namespaced", "mutate_trainjob",
     ),
     WebhookRoute(
         "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "validator.trainjob.trainer.kubeflow.org", False,
-        TRAINER, "v1alpha1", "TrainJob", "trainjobs", "Namespaced", "validate_trainjob",
+        TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND, "trainjobs", "Namespaced", "validate_trainjob",
     ),
     WebhookRoute(
         "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime", "validator.trainingruntime.trainer.kubeflow.org", False,
-        TRAINER, "v1alpha1", "TrainingRuntime", "trainingruntimes", "Namespaced", "validate_training_runtime",
+        TRAINER_GROUP, TRAINER_VERSION, TRAINING_RUNTIME_KIND, "trainingruntimes", "Namespaced", "validate_training_runtime",
         # No opt-out: namespace users write TrainingRuntimes, and a label they set must not skip their validation.
     ),
     WebhookRoute(
         "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime",
         "validator.clustertrainingruntime.trainer.kubeflow.org", False,
-        TRAINER, "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", "Cluster",
+        TRAINER_GROUP, TRAINER_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, "clustertrainingruntimes", "Cluster",
         "validate_cluster_training_runtime", UPSTREAM_RUNTIME_OPT_OUT,
     ),
     WebhookRoute(
         "/validate-trainguard-io-v1alpha1-trainjobpolicy", "validator.trainjobpolicy.trainguard.io", False,
-        TRAINGUARD, "v1alpha1", "TrainJobPolicy", "trainjobpolicies", "Cluster", "validate_trainjob_policy",
+        TRAINGUARD_GROUP, TRAINGUARD_VERSION, TRAINJOB_POLICY_KIND, "trainjobpolicies", "Cluster", "validate_trainjob_policy",
     ),
     WebhookRoute(
         "/validate-trainguard-io-v1alpha1-datasetcache", "validator.datasetcache.trainguard.io", False,
-        TRAINGUARD, "v1alpha1", "DatasetCache", "datasetcaches", "Namespaced", "validate_dataset_cache",
+        TRAINGUARD_GROUP, TRAINGUARD_VERSION, DATASET_CACHE_KIND, "datasetcaches", "Namespaced", "validate_dataset_cache",
     ),
 )
 

@@ -42,6 +42,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    DATASET_CACHE_KIND,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+    TRAINJOB_POLICY_KIND,
+)
 from trainguard.webhook.field import FieldError, aggregate
 from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
@@ -90,7 +97,7 @@ def _unique(items: list[str]) -> list[str]:
 # --- TrainJob ---------------------------------------------------------------------------------------------------
 
 
-@checked("TrainJob")
+@checked(TRAINJOB_KIND)
 def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """Default a TrainJob: policy effects (CREATE), then runtimePatch times. Denies only a malformed object."""
     if not _admits(review):
@@ -138,7 +145,7 @@ def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, An
     return result
 
 
-@checked("TrainJob")
+@checked(TRAINJOB_KIND)
 def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """Upstream's ``TrainJobValidator``, then trainguard's DatasetCache, limit and topology checks."""
     if not _admits(review):
@@ -220,7 +227,7 @@ def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: st
 # --- runtimes ---------------------------------------------------------------------------------------------------
 
 
-@checked("TrainingRuntime")
+@checked(TRAINING_RUNTIME_KIND)
 def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """TrainingRuntime CREATE and (unlike upstream, which skips updates) UPDATE."""
     if not _admits(review):
@@ -228,7 +235,7 @@ def validate_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot)
     return _decide(runtime_rules.runtime_errors(review.obj) + agent_identity.runtime_errors(review.obj), [], UPSTREAM)
 
 
-@checked("ClusterTrainingRuntime")
+@checked(CLUSTER_TRAINING_RUNTIME_KIND)
 def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """ClusterTrainingRuntime CREATE and UPDATE; creating a deprecated runtime warns, as upstream does."""
     if not _admits(review):
@@ -247,7 +254,7 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
 # --- trainguard.io objects ----------------------------------------------------------------------------------------
 
 
-@checked("TrainJobPolicy")
+@checked(TRAINJOB_POLICY_KIND)
 def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """TrainJobPolicy: readable, sane topology and limits, no conflict with an overlapping equal-priority policy."""
     if not _admits(review):
@@ -258,7 +265,7 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
     return _decide(errors, warnings, POLICY_OBJECT)
 
 
-@checked("DatasetCache")
+@checked(DATASET_CACHE_KIND)
 def validate_dataset_cache(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
     """DatasetCache: what the CRD's CEL rules cannot check, and whether the admin allows its source."""
     if not _admits(review):

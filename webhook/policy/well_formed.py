@@ -47,6 +47,13 @@ from pydantic import BaseModel
 
 from trainguard.webhook.api import meta, trainer, trainguard
 from trainguard.webhook.api.base import IntOrString, QuantityValue
+from trainguard.webhook.api.constants import (
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    DATASET_CACHE_KIND,
+    TRAINING_RUNTIME_KIND,
+    TRAINJOB_KIND,
+    TRAINJOB_POLICY_KIND,
+)
 from trainguard.webhook.api.quantity import Quantity, QuantityError
 from trainguard.webhook.field import ErrorType, FieldError, aggregate, invalid, required, too_long, too_many
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
@@ -62,11 +69,11 @@ REASON = "MalformedObject"
 NULL_AS_ABSENT: frozenset[type[BaseModel]] = frozenset({meta.ObjectMeta, meta.OwnerReference})
 
 ROOT_MODELS: Mapping[str, type[BaseModel]] = {
-    "TrainJob": trainer.TrainJob,
-    "TrainingRuntime": trainer.TrainingRuntime,
-    "ClusterTrainingRuntime": trainer.ClusterTrainingRuntime,
-    "TrainJobPolicy": trainguard.TrainJobPolicy,
-    "DatasetCache": trainguard.DatasetCache,
+    TRAINJOB_KIND: trainer.TrainJob,
+    TRAINING_RUNTIME_KIND: trainer.TrainingRuntime,
+    CLUSTER_TRAINING_RUNTIME_KIND: trainer.ClusterTrainingRuntime,
+    TRAINJOB_POLICY_KIND: trainguard.TrainJobPolicy,
+    DATASET_CACHE_KIND: trainguard.DatasetCache,
 }
 
 

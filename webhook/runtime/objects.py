@@ -11,20 +11,12 @@ from __future__ import annotations
 import base64
 from typing import Any, Mapping
 
+from trainguard.webhook.api.apimachinery import controller_reference
 from trainguard.webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
 
 
 def owner_reference(trainjob: Mapping[str, Any]) -> dict:
-    meta = trainjob.get("metadata") or {}
-    ref = {
-        "apiVersion": TRAINER_API_VERSION,
-        "kind": TRAINJOB_KIND,
-        "name": meta.get("name", ""),
-        "uid": meta.get("uid", ""),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    return ref
+    return controller_reference(TRAINER_API_VERSION, TRAINJOB_KIND, trainjob)
 
 
 def owned_object(api_version: str, kind: str, name: str, trainjob: Mapping[str, Any]) -> dict:
