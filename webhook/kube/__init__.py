@@ -6,6 +6,7 @@ Public API (import from the submodules; everything here is asyncio, one event lo
     from trainguard.webhook.kube.client import KubeClient, WatchEvent
     from trainguard.webhook.kube.errors import ApiError, NotFound, Conflict, AlreadyExists, Gone, Invalid
     from trainguard.webhook.kube.resources import Resource, TRAINJOBS, JOBSETS, SECRETS, ...  # the types we use
+    from trainguard.webhook.kube.resources import resource_for   # a built object's (apiVersion, kind) -> Resource
     from trainguard.webhook.kube.informer import Informer, CacheEvent, Backoff, object_key
     from trainguard.webhook.kube.snapshot import ClusterCaches
 

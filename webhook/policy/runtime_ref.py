@@ -13,16 +13,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.webhook.api.constants import CLUSTER_TRAINING_RUNTIME_KIND, LABEL_SUPPORT, TRAINER_GROUP, TRAINING_RUNTIME_KIND
 from trainguard.webhook.api.views import KubeObject, RuntimeRef, TrainJob
 from trainguard.webhook.field import FieldError, invalid
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 Object = dict[str, Any]
 
-TRAINER_GROUP = "trainer.kubeflow.org"
-TRAINING_RUNTIME = "TrainingRuntime"
-CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
-SUPPORT_LABEL = "trainer.kubeflow.org/support"
+TRAINING_RUNTIME = TRAINING_RUNTIME_KIND
+CLUSTER_TRAINING_RUNTIME = CLUSTER_TRAINING_RUNTIME_KIND
+SUPPORT_LABEL = LABEL_SUPPORT
 DEPRECATION_POLICY_URL = (
     "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
 )

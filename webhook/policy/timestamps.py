@@ -28,16 +28,10 @@ import copy
 from datetime import datetime, timezone
 from typing import Any
 
+from trainguard.webhook.api.apimachinery import format_time, parse_time
 from trainguard.webhook.api.views import TrainJob
 
 Object = dict[str, Any]
-
-
-def format_time(now: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as ``metav1.Time`` serialises."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
-    return now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _without_time(entry: Any) -> Any:
@@ -80,10 +74,9 @@ def _parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        return parse_time(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 def _stamped_since(time: Any, old_time: Any, now: datetime) -> bool:
