@@ -23,9 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Repository paths each image is built from (files, or directories walked whole).
 INPUTS: dict[str, tuple[str, ...]] = {
-    # debootstrap's settings and the packer live in these two
-    "base": ("hack/images.sh", "hack/oci_layout.py"),
-    "pause": ("hack/images.sh", "hack/oci_layout.py"),
+    # the packer (and for the base, what carries the host's index settings); the recipe itself (debootstrap's
+    # suite and packages, the image config, gcc's flags) comes from hack/images.sh as a fact, so editing the rest
+    # of that script rebuilds nothing
+    "base": ("hack/oci_layout.py", "hack/pip_config.py"),
+    "pause": ("hack/oci_layout.py",),
     # what the Dockerfile COPYs, and the Dockerfile itself
     "trainguard": (
         "Dockerfile", ".dockerignore", "requirements-build.lock", "requirements.lock", "pyproject.toml", "README.md",

@@ -134,6 +134,7 @@ def add_layer(layout: Path, root: Path, empty: Iterable[str] = ("dev",), compres
                         else:
                             tar.addfile(info)
         digest = "sha256:" + compressed.sha.hexdigest()
+        os.chmod(tmp_name, 0o644)  # mkstemp's 0600 would hide the blob from a reader that is not root
         os.replace(tmp_name, _blob_path(layout, digest))
     except BaseException:
         if os.path.exists(tmp_name):

@@ -58,6 +58,8 @@ CHANGES = [
     ("the trainer Dockerfile", lambda r: (r / "tests/node/images/trainer.Dockerfile").write_text("FROM x\n"),
      {"trainer"}),
     ("the layout packer", lambda r: (r / "hack/oci_layout.py").write_text("# changed\n"), {"base", "pause"}),
+    ("the pip settings carrier", lambda r: (r / "hack/pip_config.py").write_text("# changed\n"), {"base"}),
+    ("the rest of images.sh", lambda r: (r / "hack/images.sh").write_text("# changed\n"), set()),
     ("a test", lambda r: (r / "tests/unit/test_x.py").write_text("def test(): assert 1\n"), set()),
     ("compiled files", lambda r: ((r / "webhook/__pycache__").mkdir(exist_ok=True),
                                   (r / "webhook/__pycache__/field.cpython-311.pyc").write_bytes(b"\0"),
