@@ -4,9 +4,11 @@ and ``down`` leaves the host exactly as ``up`` found it.
 The host is read here with code of its own (not hack/node_host.py's, which does the restoring): sysctls of the
 network, netfilter, bridge, kernel and vm families; every iptables table of both families and the whole nftables
 ruleset, packet counters aside; every mount; the top-level directories of every cgroup hierarchy; interfaces,
-addresses and routes; the paths a node writes; listening sockets. Loopback listeners on ephemeral ports are left out
-of the comparison (other programs on a shared machine open and close them all the time); the node's own loopback
-ports are in it, and every process ``up`` started must be gone.
+addresses and routes; the paths a node writes; listening sockets. Left out, because other programs open and close
+them while the test runs on a shared development machine: loopback listeners on ephemeral ports (the node's own
+loopback ports are compared), and what an image build running beside it mounts under /tmp and the images cache and
+its ``buildkit`` cgroup (``make test-node`` builds the images before pytest; the node uses neither place). Every
+process ``up`` started must be gone.
 
 This test brings up a node of its own, before the session's ``real_node`` (conftest.py orders it first): kubelet's
 ports are fixed, one node per machine.
@@ -36,6 +38,10 @@ NODE_PATHS = ("/var/lib/trainguard-node", "/run/trainguard-node", "/var/lib/kube
               "/var/log/pods", "/var/lib/cni", "/run/netns", "/run/containerd", "/var/lib/containerd", "/etc/cni",
               "/opt/cni", "/opt/containerd", "/run/nri", "/etc/kubernetes")
 NODE_LOOPBACK_PORTS = {10248, 10249, 10256}
+# What an image build (hack/images.sh: BuildKit, debootstrap; both in /tmp and the images cache) mounts and the
+# cgroup BuildKit makes, while it runs beside the node on a development machine. The node uses neither place.
+IMAGE_BUILD_MOUNTS = re.compile("^(/tmp/|" + re.escape(str(Path.home() / ".cache/trainguard/images/")) + ")")
+IMAGE_BUILD_CGROUPS = {"buildkit"}
 
 
 def sysctls() -> dict[str, str]:
@@ -71,6 +77,8 @@ def mounts() -> list[str]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         sep = fields.index("-")
+        if IMAGE_BUILD_MOUNTS.match(fields[4]):
+            continue
         out.append(f"{fields[4]} root={fields[3]} {fields[sep + 1]} {fields[sep + 2]}")
     return sorted(out)
 
@@ -80,7 +88,8 @@ def cgroup_tops() -> dict[str, list[str]]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         if fields[fields.index("-") + 1] in ("cgroup", "cgroup2"):
-            out[fields[4]] = sorted(e.name for e in os.scandir(fields[4]) if e.is_dir())
+            out[fields[4]] = sorted(e.name for e in os.scandir(fields[4])
+                                    if e.is_dir() and e.name not in IMAGE_BUILD_CGROUPS)
     return out
 
 
