@@ -2,10 +2,10 @@
 produced by the real components (hack/demo.sh: the simulated GPU cluster of hack/e2e-cluster.sh with the JobSet
 controller and kwok, the Kueue manager, trainguard's webhook and controller), not written by the script.
 
-One run of the demo (about a minute on an idle machine) and every key line of its output: the admission mutation
-(with Kueue's own patch beside trainguard's, so Kueue's webhook ran), the denial, the second job held by Kueue for
-quota, the JobSets, both TrainJobs' phases in order, their pods on kwok nodes of one clique each, both Workloads
-admitted and finished, and nothing left behind (state directory and processes).
+One run of the demo (1.5 to 2 minutes on 2 shared cores, most of it starting the cluster) and every key line of its
+output: the admission mutation (with Kueue's own patch beside trainguard's, so Kueue's webhook ran), the denial, the
+second job held by Kueue for quota, the JobSets, both TrainJobs' phases in order, their pods on kwok nodes of one
+clique each, both Workloads admitted and finished, and nothing left behind (state directory and processes).
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def test_denial_is_shown(demo: tuple[str, Path]) -> None:
 
 def test_kueue_holds_the_second_job_for_quota(demo: tuple[str, Path]) -> None:
     out = section(demo[0], "5.")
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^trainjob-\S+\s+(llm-ddp(?:-2)?)\s+team-gpu\s+(.*)$", out, re.M)}
+    rows = {m.group(1): m.group(2)
+            for m in re.finditer(r"^trainjob-\S+\s+(llm-ddp(?:-2)?)\s+team-gpu\s+(.*)$", out, re.M)}
     assert set(rows) == set(JOBS), out
     assert rows["llm-ddp"].startswith("True"), rows
     assert "insufficient unused quota for nvidia.com/gpu in flavor h100, 16 more needed" in rows["llm-ddp-2"], rows
