@@ -30,7 +30,9 @@ def configure_version(parser: argparse.ArgumentParser) -> Run:
     return run
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand; with ``command``, only that one's module is imported (the others are listed
+    but not loaded), so ``trainguard cache-agent`` runs without the control plane's modules in its process."""
     parser = argparse.ArgumentParser(
         prog="trainguard",
         description="Admission webhooks, policy engine and reconciler for Kubeflow Trainer TrainJobs.",
@@ -40,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     found = {ep.name: ep for ep in entry_points(group="trainguard.commands")}
     for name in sorted(found, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n)):
         sp = sub.add_parser(name, help=_summary(found[name].value))
-        sp.set_defaults(run=found[name].load()(sp))
+        if command is None or name == command:
+            sp.set_defaults(run=found[name].load()(sp))
     return parser
 
 
@@ -55,7 +58,10 @@ def _summary(target: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The first word that is not an option names the command (the global options take no value).
+    command = next((word for word in argv if not word.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     return args.run(args)
 
 
