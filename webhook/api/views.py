@@ -3,11 +3,13 @@ and the JobSet template inside it lives.
 
 The webhook, the reconciler and ``render`` receive objects as JSON dicts (an AdmissionReview, a watch event, a
 file), and what they write back (a JSON Patch, the built JobSet) is computed from those dicts, most of whose fields
-are opaque to us; so the code keeps the dicts and reads them through these views. A view wraps the dict it is given without
-copying it and without validating it (the CRD schema and the door check ``trainguard.webhook.policy.well_formed``
-have done that before any rule runs): a missing or null field reads as the documented default. Views never write;
-code that builds or mutates an object (patches, merges, the draft JobSet) works on dicts and may use a view to read
-them.
+are opaque to us; so the code keeps the dicts and reads them through these views. A view wraps the dict it is given
+without copying it and without validating it (the CRD schema and the door check
+``trainguard.webhook.policy.well_formed`` have done that before any rule runs): a missing or null field reads as
+the documented default; a field of the wrong type is the door check's to refuse (the properties walk the CRD's shape
+with plain ``dict.get`` chains, the cheapest reads Python has, since every rule reads through them; ``resolve``
+also tolerates a wrong type). Views never write; code that builds or mutates an object (patches, merges, the draft
+JobSet) works on dicts and may use a view to read them.
 
 ``TrainJob`` serves TrainJobs; ``Runtime`` serves TrainingRuntimes and ClusterTrainingRuntimes alike (same spec);
 both share ``KubeObject`` / ``Meta``. ``JobSetTemplate`` reads a runtime's ``spec.template`` and a runtimePatch's
@@ -23,21 +25,39 @@ marks the job ``TrainingRuntimeNotSupported``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping as _Mapping
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, Sequence
 
 from trainguard.webhook.api import constants as c
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
+# "a.b.c" -> ("a", "b", "c"), split once per path (the views read a handful of fixed paths, many times).
+_PATHS: dict[str, tuple[str, ...]] = {}
+
+
+def _is_mapping(value: Any) -> bool:
+    # Wire objects are dicts: test that first, the ABC check is an order of magnitude slower.
+    return type(value) is dict or (value is not None and isinstance(value, _Mapping))
 
 
 def resolve(obj: Any, path: str | Sequence[str], default: Any = None) -> Any:
     """``obj[a][b]...`` for ``path`` ``"a.b"`` (or a sequence of keys); ``default`` when a step is missing, null or
     not an object. Keys containing dots are passed as a sequence."""
-    keys = path.split(".") if isinstance(path, str) else path
+    if isinstance(path, str):
+        keys = _PATHS.get(path)
+        if keys is None:
+            keys = _PATHS[path] = tuple(path.split("."))
+    else:
+        keys = tuple(path)
+    return _dig(obj, keys, default)
+
+
+def _dig(obj: Any, keys: tuple[str, ...], default: Any = None) -> Any:
     current = obj
     for key in keys:
-        if not isinstance(current, Mapping):
+        # _is_mapping inlined: resolve runs for every field read.
+        if type(current) is not dict and (current is None or not isinstance(current, _Mapping)):
             return default
         current = current.get(key)
         if current is None:
@@ -46,7 +66,21 @@ def resolve(obj: Any, path: str | Sequence[str], default: Any = None) -> Any:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else EMPTY
+    return value if _is_mapping(value) else EMPTY
+
+
+# The CRD's paths, walked with ``(x.get(k) or EMPTY)`` chains: a view's reads cost what the inline chains they
+# replace cost, plus one call.
+def _at2(d: Mapping[str, Any], k1: str, k2: str) -> Any:
+    return (d.get(k1) or EMPTY).get(k2)
+
+
+def _at3(d: Mapping[str, Any], k1: str, k2: str, k3: str) -> Any:
+    return ((d.get(k1) or EMPTY).get(k2) or EMPTY).get(k3)
+
+
+def _at4(d: Mapping[str, Any], k1: str, k2: str, k3: str, k4: str) -> Any:
+    return (((d.get(k1) or EMPTY).get(k2) or EMPTY).get(k3) or EMPTY).get(k4)
 
 
 def _list(value: Any) -> list[Any]:
@@ -59,10 +93,15 @@ class View:
     __slots__ = ("raw",)
 
     def __init__(self, raw: Mapping[str, Any] | None) -> None:
-        self.raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else EMPTY
+        self.raw: Mapping[str, Any] = raw if type(raw) is dict or _is_mapping(raw) else EMPTY
 
     def get(self, path: str | Sequence[str], default: Any = None) -> Any:
         return resolve(self.raw, path, default)
+
+    def _one(self, key: str, default: Any = None) -> Any:
+        # One level down, the common case: ``raw`` is always a mapping.
+        value = self.raw.get(key)
+        return default if value is None else value
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(self.raw)!r})"
@@ -75,23 +114,23 @@ class Meta(View):
 
     @property
     def name(self) -> str:
-        return self.get("name", "")
+        return self._one("name", "")
 
     @property
     def namespace(self) -> str:
-        return self.get("namespace", "")
+        return self._one("namespace", "")
 
     @property
     def uid(self) -> str:
-        return self.get("uid", "")
+        return self._one("uid", "")
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return _mapping(self.get("labels"))
+        return _mapping(self._one("labels"))
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return _mapping(self.get("annotations"))
+        return _mapping(self._one("annotations"))
 
 
 class KubeObject(View):
@@ -101,15 +140,15 @@ class KubeObject(View):
 
     @property
     def kind(self) -> str:
-        return self.get("kind", "")
+        return self._one("kind", "")
 
     @property
     def metadata(self) -> Meta:
-        return Meta(self.get("metadata"))
+        return Meta(self._one("metadata"))
 
     @property
     def spec(self) -> Mapping[str, Any]:
-        return _mapping(self.get("spec"))
+        return _mapping(self._one("spec"))
 
 
 # -- the JobSet template: replicated jobs -> pod spec -> containers -----------------------------------------
@@ -120,27 +159,27 @@ class Container(View):
 
     @property
     def name(self) -> str:
-        return self.get("name", "")
+        return self._one("name", "")
 
     @property
     def image(self) -> str | None:
-        return self.get("image")
+        return self._one("image")
 
     @property
     def command(self) -> list[str]:
-        return _list(self.get("command"))
+        return _list(self._one("command"))
 
     @property
     def env(self) -> list[Mapping[str, Any]]:
-        return _list(self.get("env"))
+        return _list(self._one("env"))
 
     @property
     def resources(self) -> Mapping[str, Any] | None:
-        return self.get("resources")
+        return self._one("resources")
 
     @property
     def volume_mounts(self) -> list[Mapping[str, Any]]:
-        return _list(self.get("volumeMounts"))
+        return _list(self._one("volumeMounts"))
 
 
 class ReplicatedJob(View):
@@ -150,33 +189,33 @@ class ReplicatedJob(View):
 
     @property
     def name(self) -> str:
-        return self.get("name", "")
+        return self._one("name", "")
 
     @property
     def replicas(self) -> int:
         """Replicas of the job (the CRD defaults it to 1; 0 or missing reads as 1, as the build treats it)."""
-        return int(self.get("replicas") or 1)
+        return int(self._one("replicas") or 1)
 
     @property
     def labels(self) -> Mapping[str, str]:
         """Labels of the Job template (where the ancestor label lives)."""
-        return _mapping(self.get("template.metadata.labels"))
+        return _mapping(_at3(self.raw, "template", "metadata", "labels"))
 
     @property
     def ancestor(self) -> str | None:
-        return self.labels.get(c.LABEL_TRAINJOB_ANCESTOR)
+        return job_ancestor(self.raw)
 
     @property
     def parallelism(self) -> int | None:
-        return self.get("template.spec.parallelism")
+        return _at3(self.raw, "template", "spec", "parallelism")
 
     @property
     def pod_metadata(self) -> Meta:
-        return Meta(self.get("template.spec.template.metadata"))
+        return Meta(_at4(self.raw, "template", "spec", "template", "metadata"))
 
     @property
     def pod_spec(self) -> Mapping[str, Any]:
-        return _mapping(self.get("template.spec.template.spec"))
+        return _mapping(_at4(self.raw, "template", "spec", "template", "spec"))
 
     def containers(self, *, init: bool = False) -> list[Container]:
         return [Container(x) for x in _list(self.pod_spec.get("initContainers" if init else "containers"))]
@@ -188,8 +227,18 @@ class ReplicatedJob(View):
     def container(self, name: str, *, init: bool = False) -> Container | None:
         return next((x for x in self.containers(init=init) if x.name == name), None)
 
+    def names(self, *, init: bool = False) -> tuple[str, ...]:
+        """Names of the containers (or init containers), in order."""
+        return tuple(x.get("name", "") for x in _list(self.pod_spec.get("initContainers" if init else "containers")))
+
     def container_names(self) -> set[str | None]:
         return {x.get("name") for x in self.all_containers()}
+
+
+def job_ancestor(rj: Mapping[str, Any]) -> str | None:
+    """``ReplicatedJob(rj).ancestor`` without the view: the build asks it of every job at every step."""
+    labels = _at3(rj, "template", "metadata", "labels") or EMPTY
+    return labels.get(c.LABEL_TRAINJOB_ANCESTOR)
 
 
 class JobSetTemplate(View):
@@ -199,11 +248,11 @@ class JobSetTemplate(View):
 
     @property
     def metadata(self) -> Meta:
-        return Meta(self.get("metadata"))
+        return Meta(self._one("metadata"))
 
     @property
     def spec(self) -> Mapping[str, Any]:
-        return _mapping(self.get("spec"))
+        return _mapping(self._one("spec"))
 
     def replicated_jobs(self) -> list[ReplicatedJob]:
         return [ReplicatedJob(rj) for rj in _list(self.spec.get("replicatedJobs"))]
@@ -228,24 +277,29 @@ class Runtime(KubeObject):
     @property
     def ml_policy(self) -> Mapping[str, Any] | None:
         """``spec.mlPolicy``; None when absent (the trainer job is then counted by its own parallelism)."""
-        return self.get("spec.mlPolicy")
+        return _at2(self.raw, "spec", "mlPolicy")
 
     def ml_policy_source(self, name: str) -> Mapping[str, Any] | None:
         """``spec.mlPolicy.<name>`` (``torch``, ``mpi``...); None when not configured."""
-        return self.get(("spec", "mlPolicy", name))
+        return _at3(self.raw, "spec", "mlPolicy", name)
 
     @property
     def num_nodes(self) -> int | None:
         """``spec.mlPolicy.numNodes`` as written."""
-        return self.get("spec.mlPolicy.numNodes")
+        return _at3(self.raw, "spec", "mlPolicy", "numNodes")
+
+    @property
+    def pod_group_policy(self) -> Mapping[str, Any] | None:
+        """``spec.podGroupPolicy``; None when absent."""
+        return _at2(self.raw, "spec", "podGroupPolicy")
 
     def pod_group_policy_source(self, name: str) -> Mapping[str, Any] | None:
         """``spec.podGroupPolicy.<name>`` (``coscheduling``, ``volcano``); None when not configured."""
-        return self.get(("spec", "podGroupPolicy", name))
+        return _at3(self.raw, "spec", "podGroupPolicy", name)
 
     @property
     def template(self) -> JobSetTemplate:
-        return JobSetTemplate(self.get("spec.template"))
+        return JobSetTemplate(_at2(self.raw, "spec", "template"))
 
 
 # -- TrainJob --------------------------------------------------------------------------------------------------
@@ -258,15 +312,15 @@ class RuntimeRef(View):
 
     @property
     def name(self) -> str:
-        return str(self.get("name", ""))
+        return str(self._one("name", ""))
 
     @property
     def kind(self) -> str:
-        return str(self.get("kind", c.DEFAULT_RUNTIME_REF_KIND))
+        return str(self._one("kind", c.DEFAULT_RUNTIME_REF_KIND))
 
     @property
     def api_group(self) -> str:
-        return str(self.get("apiGroup", c.DEFAULT_RUNTIME_REF_API_GROUP))
+        return str(self._one("apiGroup", c.DEFAULT_RUNTIME_REF_API_GROUP))
 
     @property
     def registry_key(self) -> str:
@@ -294,31 +348,31 @@ class Trainer(View):
     @property
     def num_nodes(self) -> int | None:
         """``numNodes`` as written (None: the runtime decides)."""
-        return self.get("numNodes")
+        return self._one("numNodes")
 
     @property
     def num_proc_per_node(self) -> Any:
-        return self.get("numProcPerNode")
+        return self._one("numProcPerNode")
 
     @property
     def image(self) -> str | None:
-        return self.get("image")
+        return self._one("image")
 
     @property
     def command(self) -> list[str] | None:
-        return self.get("command")
+        return self._one("command")
 
     @property
     def args(self) -> list[str] | None:
-        return self.get("args")
+        return self._one("args")
 
     @property
     def env(self) -> list[Mapping[str, Any]]:
-        return _list(self.get("env"))
+        return _list(self._one("env"))
 
     @property
     def resources_per_node(self) -> Mapping[str, Any] | None:
-        return self.get("resourcesPerNode")
+        return self._one("resourcesPerNode")
 
 
 class TrainJob(KubeObject):
@@ -326,45 +380,45 @@ class TrainJob(KubeObject):
 
     @property
     def runtime_ref(self) -> RuntimeRef:
-        return RuntimeRef(self.get("spec.runtimeRef"))
+        return RuntimeRef(_at2(self.raw, "spec", "runtimeRef"))
 
     @property
     def raw_runtime_ref(self) -> Any:
         """``spec.runtimeRef`` exactly as sent (upstream quotes it undefaulted in some messages)."""
-        return self.get("spec.runtimeRef")
+        return _at2(self.raw, "spec", "runtimeRef")
 
     @property
     def has_trainer(self) -> bool:
         """Whether ``spec.trainer`` is set: several plugins behave differently without it (upstream quirk)."""
-        return self.get("spec.trainer") is not None
+        return _at2(self.raw, "spec", "trainer") is not None
 
     @property
     def trainer(self) -> Trainer:
-        return Trainer(self.get("spec.trainer"))
+        return Trainer(_at2(self.raw, "spec", "trainer"))
 
     @property
     def runtime_patches(self) -> list[Mapping[str, Any]]:
-        return _list(self.get("spec.runtimePatches"))
+        return _list(_at2(self.raw, "spec", "runtimePatches"))
 
     def initializer(self, key: str) -> Mapping[str, Any] | None:
         """``spec.initializer.<key>`` (``dataset`` or ``model``); None when not configured."""
-        return self.get(("spec", "initializer", key))
+        return _at3(self.raw, "spec", "initializer", key)
 
     @property
     def suspend(self) -> bool:
-        return bool(self.get("spec.suspend"))
+        return bool(_at2(self.raw, "spec", "suspend"))
 
     @property
     def managed_by(self) -> str | None:
-        return self.get("spec.managedBy")
+        return _at2(self.raw, "spec", "managedBy")
 
     @property
     def active_deadline_seconds(self) -> int | None:
-        return self.get("spec.activeDeadlineSeconds")
+        return _at2(self.raw, "spec", "activeDeadlineSeconds")
 
     @property
     def conditions(self) -> list[Mapping[str, Any]]:
-        return _list(self.get("status.conditions"))
+        return _list(_at2(self.raw, "status", "conditions"))
 
 
 def patch_template(patch: Mapping[str, Any]) -> JobSetTemplate:
@@ -391,6 +445,7 @@ __all__ = [
     "Trainer",
     "View",
     "iter_pod_specs",
+    "job_ancestor",
     "patch_template",
     "replicated_jobs",
     "resolve",

@@ -37,9 +37,10 @@ Pure: no I/O; the requester comes in ``AdmissionInput.username``, the dispatcher
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import MULTIKUEUE_CONTROLLER, TRAINJOB_CONTROLLER
+from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.policy.defaults import KUEUE_QUEUE_LABEL
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
@@ -49,9 +50,8 @@ Object = dict[str, Any]
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
 
-def _labels(obj: Object) -> dict[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+def _labels(obj: Object) -> Mapping[str, Any]:
+    return KubeObject(obj).metadata.labels
 
 
 def dispatches(namespace: str, queue: str, snapshot: ClusterSnapshot) -> bool:

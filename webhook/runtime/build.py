@@ -41,7 +41,7 @@ def build_objects(
         objects.append(_wire_dataset_cache(built, tj, dataset_cache))
     ctx = BuildContext(trainjob=tj, pod_sets=job.pod_sets, keys=keys, existing=existing)
     for plugin in registry.active(draft.runtime_view):
-        if isinstance(plugin, BuildsObjects):
+        if registry.offers(plugin, BuildsObjects):
             objects += plugin.build(draft, ctx)
     return objects
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from trainguard.webhook.api.views import ReplicatedJob, Runtime, RuntimeRef, TrainJob, Trainer
+from trainguard.webhook.api.views import ReplicatedJob, Runtime, RuntimeRef, TrainJob, Trainer, job_ancestor
 from trainguard.webhook.runtime import merge
 from trainguard.webhook.runtime.json_copy import deep_copy
 from trainguard.webhook.runtime.names import ANCESTOR_TRAINER, COMPLETION_INDEX_FIELD_PATH, NODE
@@ -47,28 +47,26 @@ class Draft:
     counts: dict[str, int]  # replicatedJob name -> pods per replica
     # Values a policy derives during enforcement and an object builder needs later (MPI slots, ...).
     facts: dict[str, Any] = field(default_factory=dict)
+    # Read once: the draft's TrainJob and runtime are its own copies and are never edited while the job is built
+    # (policies edit ``spec``), and every step reads these.
+    trainjob_view: TrainJob = field(init=False, repr=False, compare=False)
+    runtime_view: Runtime = field(init=False, repr=False, compare=False)
+    name: str = field(init=False, compare=False)
+    namespace: str = field(init=False, compare=False)
+    # ``spec.trainer`` (a view of {} when absent); ``has_trainer``: whether it is set, since several plugins behave
+    # differently without it (upstream quirk).
+    trainer: Trainer = field(init=False, repr=False, compare=False)
+    has_trainer: bool = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.trainjob_view = TrainJob(self.trainjob)
+        self.runtime_view = Runtime(self.runtime)
+        meta = self.trainjob_view.metadata
+        self.name, self.namespace = meta.name, meta.namespace
+        self.trainer = self.trainjob_view.trainer
+        self.has_trainer = self.trainjob_view.has_trainer
 
     # -- the TrainJob ------------------------------------------------------------------------------------
-    @property
-    def trainjob_view(self) -> TrainJob:
-        return TrainJob(self.trainjob)
-
-    @property
-    def name(self) -> str:
-        return self.trainjob_view.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.trainjob_view.metadata.namespace
-
-    @property
-    def has_trainer(self) -> bool:
-        """Whether ``spec.trainer`` is set: several plugins behave differently when it is absent (upstream quirk)."""
-        return self.trainjob_view.has_trainer
-
-    @property
-    def trainer(self) -> Trainer:
-        return self.trainjob_view.trainer
 
     @property
     def runtime_ref(self) -> RuntimeRef:
@@ -79,10 +77,6 @@ class Draft:
         return self.trainer.num_nodes
 
     # -- the runtime -------------------------------------------------------------------------------------
-    @property
-    def runtime_view(self) -> Runtime:
-        return Runtime(self.runtime)
-
     def ml_policy_source(self, name: str) -> Mapping[str, Any]:
         """``spec.mlPolicy.<name>`` of the runtime (empty when not configured)."""
         return self.runtime_view.ml_policy_source(name) or {}
@@ -141,7 +135,7 @@ class Draft:
 
 
 def ancestor_of(rj: Mapping[str, Any]) -> str | None:
-    return ReplicatedJob(rj).ancestor
+    return job_ancestor(rj)
 
 
 def pod_spec(rj: Mapping[str, Any]) -> dict:
@@ -204,10 +198,11 @@ def _initial_counts(draft: Draft) -> None:
     """As upstream's ``newRuntimeInfo``: trainer ancestor -> mlPolicy.numNodes ?? 1 (when a mlPolicy exists);
     others -> parallelism ?? 1."""
     runtime = draft.runtime_view
+    trainer_count = (runtime.num_nodes or 1) if runtime.ml_policy is not None else None
     for rj in draft.jobs():
         job = ReplicatedJob(rj)
-        if job.ancestor == ANCESTOR_TRAINER and runtime.ml_policy is not None:
-            count = runtime.num_nodes or 1
+        if trainer_count is not None and job.ancestor == ANCESTOR_TRAINER:
+            count = trainer_count
         else:
             count = job.parallelism or 1
         draft.counts[rj.get("name")] = max(1, int(count))

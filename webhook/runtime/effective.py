@@ -28,7 +28,7 @@ from trainguard.webhook.api.views import ReplicatedJob
 from trainguard.webhook.runtime import extras, jobset, registry
 from trainguard.webhook.runtime.draft import BuildError, Draft, prepare, resources_targets
 from trainguard.webhook.runtime.merge import MergeError
-from trainguard.webhook.runtime.plugin import CountsNodes
+from trainguard.webhook.runtime.plugin import CountsNodes, RuntimePlugin
 from trainguard.webhook.runtime.resources import gpus_of, pod_requests
 
 
@@ -89,7 +89,7 @@ def compute(trainjob: Any, runtime: Any) -> tuple[EffectiveJob, Draft]:
         pod_group.enforce(draft)
     jobset.sync_counts(draft)
     extras.apply(draft)
-    return _summarise(draft), draft
+    return _summarise(draft, ml, pod_group), draft
 
 
 def pod_group_policy(draft: Draft) -> str | None:
@@ -110,15 +110,14 @@ def pod_sets(draft: Draft) -> tuple[PodSet, ...]:
                 replicas=job.replicas,
                 requests=requests,
                 gpus=gpus_of(requests),
-                containers=tuple(c.name for c in job.containers()),
-                init_containers=tuple(c.name for c in job.containers(init=True)),
+                containers=job.names(),
+                init_containers=job.names(init=True),
             )
         )
     return tuple(out)
 
 
-def _summarise(draft: Draft) -> EffectiveJob:
-    ml = registry.ml_policy_of(draft.runtime_view)
+def _summarise(draft: Draft, ml: RuntimePlugin, pod_group: RuntimePlugin | None) -> EffectiveJob:
     sets = pod_sets(draft)
     by_name = {ps.name: ps for ps in sets}
     node_rj = draft.node_job()
@@ -126,7 +125,7 @@ def _summarise(draft: Draft) -> EffectiveJob:
     # Training processes run in the trainer job (its ``node`` container), unless the ML policy says otherwise.
     trainer_jobs = tuple(rj["name"] for rj in resources_targets(draft))
     num_nodes = node_set.pods if node_set else 0
-    if isinstance(ml, CountsNodes):
+    if registry.offers(ml, CountsNodes):
         trainer_jobs = ml.trainer_jobs(draft)
         counted = ml.num_nodes(draft, {ps.name: ps.pods for ps in sets})
         num_nodes = num_nodes if counted is None else counted
@@ -138,7 +137,7 @@ def _summarise(draft: Draft) -> EffectiveJob:
         spec=draft.spec,
         pod_sets=sets,
         ml_policy=ml.NAME,
-        pod_group_policy=pod_group_policy(draft),
+        pod_group_policy=pod_group.NAME if pod_group is not None else None,
         trainer_jobs=trainer_jobs,
         num_nodes=num_nodes,
         gpus_per_node=node_set.gpus if node_set else 0,

@@ -103,11 +103,13 @@ def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
 def _patch_errors(draft: Draft) -> list[FieldError]:
     errors: list[FieldError] = []
     patches = runtime_patches(draft.trainjob)
-    template_jobs = {rj.get("name"): rj for rj in draft.runtime_view.template.replicated_jobs()}
+    if not patches:
+        return errors
+    template_jobs = {rj.raw.get("name"): rj for rj in draft.runtime_view.template.replicated_jobs()}
     for patch in patches:
         errors += domain_prefixed_path_errors(f"{RUNTIME_PATCHES}.manager", patch.get("manager") or "")
         for rj_patch in patch_template(patch).replicated_jobs():
-            name = rj_patch.get("name")
+            name = rj_patch.raw.get("name")
             if name not in template_jobs:
                 errors.append(invalid(RUNTIME_PATCHES, patches, "must not have replicated job that doesn't exist in the runtime job template"))
                 continue

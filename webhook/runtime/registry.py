@@ -13,11 +13,14 @@ Flux's ConfigMap and Secret.
 
 from __future__ import annotations
 
-from typing import Iterator
+from functools import lru_cache
+from typing import TypeGuard, TypeVar
 
 from trainguard.webhook.api.views import Runtime
 from trainguard.webhook.runtime import coscheduling, flux, jax, mpi, plain, torch, volcano, xgboost
 from trainguard.webhook.runtime.plugin import ML, POD_GROUP, RuntimePlugin
+
+Capability = TypeVar("Capability")
 
 PLUGINS: list[RuntimePlugin] = [torch, mpi, jax, xgboost, coscheduling, volcano, flux, plain]  # type: ignore[list-item]
 # The ML policy of a runtime that configures none (upstream's PlainML).
@@ -38,6 +41,13 @@ def unregister(plugin: RuntimePlugin) -> None:
     PLUGINS.remove(plugin)
 
 
+@lru_cache(maxsize=None)
+def offers(plugin: object, capability: type[Capability]) -> TypeGuard[Capability]:
+    """Whether ``plugin`` has ``capability`` (a ``plugin`` Protocol); asked once per plugin and capability, since a
+    Protocol ``isinstance`` inspects every member each time and the pipeline asks on every review."""
+    return isinstance(plugin, capability)
+
+
 def ml_policies() -> tuple[RuntimePlugin, ...]:
     return tuple(p for p in PLUGINS if p.KIND == ML)
 
@@ -48,10 +58,12 @@ def pod_group_policies() -> tuple[RuntimePlugin, ...]:
 
 def ml_policy_of(runtime: Runtime) -> RuntimePlugin:
     """The ML policy the runtime configures, or the fallback."""
-    return next(
-        (p for p in ml_policies() if p is not FALLBACK_ML and runtime.ml_policy_source(p.NAME) is not None),
-        FALLBACK_ML,  # type: ignore[arg-type]
-    )
+    sources = runtime.ml_policy
+    if sources:
+        for p in PLUGINS:
+            if p.KIND == ML and sources.get(p.NAME) is not None and p is not FALLBACK_ML:
+                return p
+    return FALLBACK_ML  # type: ignore[return-value]
 
 
 def node_job_policies() -> tuple[str, ...]:
@@ -60,13 +72,18 @@ def node_job_policies() -> tuple[str, ...]:
 
 
 def pod_group_policy_of(runtime: Runtime) -> RuntimePlugin | None:
-    return next((p for p in pod_group_policies() if runtime.pod_group_policy_source(p.NAME) is not None), None)
+    sources = runtime.pod_group_policy
+    if sources:
+        for p in PLUGINS:
+            if p.KIND == POD_GROUP and sources.get(p.NAME) is not None:
+                return p
+    return None
 
 
-def active(runtime: Runtime) -> Iterator[RuntimePlugin]:
+def active(runtime: Runtime) -> list[RuntimePlugin]:
     """The plugins that run for ``runtime``, in ``PLUGINS`` order."""
-    chosen = {id(ml_policy_of(runtime)), id(pod_group_policy_of(runtime))}
-    return (p for p in PLUGINS if id(p) in chosen)
+    ml, pod_group = ml_policy_of(runtime), pod_group_policy_of(runtime)
+    return [p for p in PLUGINS if p is ml or p is pod_group]
 
 
 __all__ = [
@@ -75,6 +92,7 @@ __all__ = [
     "active",
     "ml_policies",
     "node_job_policies",
+    "offers",
     "ml_policy_of",
     "pod_group_policies",
     "pod_group_policy_of",

@@ -37,7 +37,7 @@ def validate_trainjob(
     ctx = ValidationContext(old_trainjob=old, jobset=live, priority_classes=priority_classes)
     errors = num_nodes_errors(draft) + jobset.validate(draft, old, live)
     for plugin in registry.active(draft.runtime_view):
-        if isinstance(plugin, ValidatesTrainJob):
+        if registry.offers(plugin, ValidatesTrainJob):
             errors += plugin.validate(draft, ctx)
     return errors, []
 

@@ -61,6 +61,8 @@ def test_each_plugin_offers_its_capabilities(plugin):
     assert isinstance(plugin, RuntimePlugin)
     offered = {cap for cap in (ValidatesTrainJob, BuildsObjects, CountsNodes) if isinstance(plugin, cap)}
     assert offered == CAPABILITIES[plugin.NAME]
+    # What the pipeline asks (cached per plugin and capability) agrees with the Protocols.
+    assert {cap for cap in (ValidatesTrainJob, BuildsObjects, CountsNodes) if registry.offers(plugin, cap)} == offered
 
 
 def test_node_job_policies_are_the_ml_policies_that_address_node():
