@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help setup tools test test-unit test-integration test-node demo cluster-up cluster-down crds verify-crds lock bench clean
 
 help:
-	@echo "make demo         bring up a local control plane and run trainguard end to end"
+	@echo "make demo         a simulated GPU cluster with Kueue and the JobSet controller: trainguard end to end"
 	@echo "make test         install, build the pinned Kubernetes binaries if missing, run the whole suite"
 	@echo "make test-unit    the tests that need no cluster (seconds)"
 	@echo "make test-node    the chart, the cache agents and TrainJobs as real pods on a real node (root; changes host settings)"
@@ -48,7 +48,8 @@ test-node: setup tools
 	hack/images.sh build
 	$(PY) -m pytest -m node tests/node
 
-demo: setup tools
+demo: setup
+	@# hack/demo.sh builds what it runs (the e2e cluster's binaries and Kueue), not the parity peer.
 	hack/demo.sh
 
 cluster-up: tools
