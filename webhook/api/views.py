@@ -235,10 +235,12 @@ class ReplicatedJob(View):
         return {x.get("name") for x in self.all_containers()}
 
 
+_ANCESTOR = c.LABEL_TRAINJOB_ANCESTOR
+
+
 def job_ancestor(rj: Mapping[str, Any]) -> str | None:
     """``ReplicatedJob(rj).ancestor`` without the view: the build asks it of every job at every step."""
-    labels = _at3(rj, "template", "metadata", "labels") or EMPTY
-    return labels.get(c.LABEL_TRAINJOB_ANCESTOR)
+    return (((rj.get("template") or EMPTY).get("metadata") or EMPTY).get("labels") or EMPTY).get(_ANCESTOR)
 
 
 class JobSetTemplate(View):

@@ -134,8 +134,7 @@ class Draft:
         return [f"{self.name}-{job.name}-{r}-{p}.{subdomain}" for r in range(job.replicas) for p in range(count)]
 
 
-def ancestor_of(rj: Mapping[str, Any]) -> str | None:
-    return job_ancestor(rj)
+ancestor_of = job_ancestor  # the replicated job's ancestor label (trainer, dataset-/model-initializer) or None
 
 
 def pod_spec(rj: Mapping[str, Any]) -> dict:
