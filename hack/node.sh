@@ -14,19 +14,20 @@
 #
 # THIS CHANGES HOST SETTINGS (as root): it is meant for throwaway VMs and CI. Users with Docker use hack/kind.sh.
 # What `up` changes, all recorded first (hack/node_host.py) and put back by `down`:
-#   - sysctls: kernel.panic, kernel.panic_on_oops, vm.overcommit_memory (kubelet), net.ipv4.ip_forward (the CNI
-#     bridge), route_localnet and conntrack settings (kube-proxy; its conntrack writes are switched off here)
+#   - sysctls: kernel.panic, kernel.panic_on_oops, vm.overcommit_memory (kubelet), net.ipv4.ip_forward and
+#     conf.{all,default}.forwarding (the CNI bridge); kube-proxy is told to leave conntrack and route_localnet as
+#     they are (recorded all the same)
 #   - iptables: the KUBE-* chains of kube-proxy (with jumps from INPUT, FORWARD, OUTPUT, PREROUTING, POSTROUTING),
 #     CNI-* chains of a hostPort, and TRAINGUARD-NODE-EGRESS in FORWARD, which rejects pod traffic leaving the pod
 #     bridge (pods talk to each other and to this host, never to the network). kubelet's own chains are off
 #     (makeIPTablesUtilChains: false).
 #   - netfilter accounting objects: kube-proxy's ct_state_invalid_dropped_pkts and localhost_nps_accepted_pkts
-#   - interfaces: $api_link (a bridge without ports carrying the apiserver's address: this kernel has no dummy
-#     driver), $cni_bridge (the pods' bridge) and the pods' veths
-#   - cgroups: /$cgroup_root in every hierarchy (kubelet's cgroupRoot: kubepods and the pods live under it)
+#   - interfaces: tgnode0 (a bridge without ports carrying the node and apiserver address: this kernel has no
+#     dummy driver), tgcni0 (the pods' bridge) and the pods' veths
+#   - cgroups: /trainguard-node in every hierarchy (kubelet's cgroupRoot: kubepods and the pods live under it)
 #   - mounts: a tmpfs for containerd's root, kubelet's bind mount of its root dir, pod volumes, container root
 #     filesystems, network namespaces, all under the state directories below
-#   - directories: $state and $run (everything relocatable lives there: containerd's root and state, runc's
+#   - directories: /var/lib/trainguard-node and /run/trainguard-node (everything relocatable lives there: containerd's root and state, runc's
 #     state, kubelet's root dir and pod logs, CNI config and IPAM, network namespaces, the control plane);
 #     what cannot be relocated: /var/log/containers (kubelet's log symlinks, a constant), /var/lib/kubelet
 #     (kubelet's device-plugin socket dir, a constant), /var/lib/cni (libcni's result cache), /run/containerd
