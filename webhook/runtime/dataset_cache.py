@@ -1,8 +1,8 @@
 """Wiring a TrainJob's JobSet to a node-local dataset cache (issue 7).
 
 A TrainJob opts in with the annotation ``trainguard.io/dataset-cache: <name>``. The cache agent of that
-DatasetCache (a DaemonSet built by ``trainguard.cache.daemonset``) listens on a Unix socket inside a per-cache
-host directory; this module mounts that directory read-only into the trainer containers and tells the training
+DatasetCache (a DaemonSet built by ``trainguard.controller.reconcile.cache_daemonset``) listens on a Unix socket
+inside a per-cache host directory; this module mounts that directory read-only into the trainer containers and tells the training
 code where the socket is. The host-path convention lives here, not in ``controller/``, because both sides need
 it and ``webhook/`` must never import ``controller/``.
 
