@@ -35,8 +35,10 @@ Replicas share the Secret (optimistic concurrency). ``--cert-dir DIR``: external
 (cert-manager), only watched.
 
 Registration objects: ``registration.webhook_configurations`` / ``python -m trainguard.webhook.admission.registration``.
-Modules: ``review`` (codec), ``routes`` (path -> policy function), ``server`` (aiohttp apps), ``metrics``, logs
-(JSON lines, ``trainguard.process``), ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
-(Secret + caBundle I/O), ``registration``, ``main`` (the command). Integration fixtures for other areas:
-``tests/integration/conftest.py``.
+Modules: ``review`` (AdmissionReview codec), ``routes`` (path -> policy function), ``json_patch`` (the minimal
+patch), ``server`` (aiohttp apps), ``connections`` (connection cap, handshake and header deadlines), ``budget`` (the
+body budget), ``process`` (open-files sizing, returned memory), ``ratelimit`` (rate-limited error logs),
+``metrics``, ``tls`` (SSL context, reload, cert-dir watcher), ``certs`` (generation, rotation plan), ``rotator``
+(Secret + caBundle I/O), ``registration``, ``main`` (the command); logs are ``trainguard.process``'s JSON lines.
+Integration fixtures for other areas: ``tests/integration/conftest.py``.
 """

@@ -14,4 +14,5 @@ Modules:
 * ``constants``  reserved names, labels, annotations, defaults and limits
 * ``views``      read-only typed views over the wire dicts (TrainJob, runtimes, the JobSet template down to the
                  containers, the runtimeRef rule): the one place each field of those objects is read
+* ``apimachinery`` metav1 time formatting and parsing, controller owner references
 """

@@ -61,8 +61,10 @@ optionally ``validate`` / ``build`` / ``trainer_jobs`` + ``num_nodes``), listed 
 Lower-level pieces, one concept per module: ``merge`` (strategic merge, patches, trainer overrides),
 ``draft`` (the job under construction), ``resources`` (pod requests, GPU/CPU counting), ``effective`` (the
 pipeline), ``reserved_env`` (env names a policy owns), ``jobset`` (JobSet rules and assembly), ``validate``,
-``build``, ``snapshot``, ``keys``, ``objects`` (owner references), ``extras`` (trainguard effects). Fields of the
-TrainJob and the runtime are read through ``trainguard.webhook.api.views``.
+``build``, ``snapshot``, ``keys``, ``objects`` (owner references), ``extras`` (trainguard effects),
+``dataset_cache`` (a DatasetCache wired into the JobSet), ``names`` (reserved names), ``json_copy`` (deep copy of
+JSON data), ``flux_scripts`` (upstream's Flux scripts, byte for byte). Fields of the TrainJob and the runtime are
+read through ``trainguard.webhook.api.views``.
 """
 
 from __future__ import annotations
