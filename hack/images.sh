@@ -25,7 +25,8 @@
 #     image and key, <image>-<key>/ holding layout/ (an OCI image layout) and digest; the key (hack/image_key.py)
 #     hashes the image's inputs (for trainguard: Dockerfile, locks, pyproject, README, webhook/, controller/; the
 #     base's key; the BuildKit version), so a code change rebuilds it and nothing else does. Older keys of the same
-#     image are removed after a build. BuildKit's layer cache: buildkit-cache/ beside them.
+#     image are removed after a build. BuildKit's layer cache: buildkit-cache/<image>/ beside them (the
+#     Dockerfiles install the pinned dependencies before copying the code, so a code change reuses that layer).
 #   binaries: $(trainguard_node_dir) (hack/build-tools.sh node builds them when missing: runc, buildkitd, buildctl,
 #     ctr).
 #
@@ -249,8 +250,10 @@ buildctl_build() {
   base_digest=$(<"$base_dir/digest")
   start_buildkitd
   rm -rf "$dir" && mkdir -p "$dir"
-  local cache_args=(--export-cache "type=local,dest=$cache/buildkit-cache.new,mode=max")
-  [[ -f $cache/buildkit-cache/index.json ]] && cache_args+=(--import-cache "type=local,src=$cache/buildkit-cache")
+  # one layer cache per image: each export keeps only what its own build referenced
+  local bkc=$cache/buildkit-cache/$image
+  local cache_args=(--export-cache "type=local,dest=$bkc.new,mode=max")
+  [[ -f $bkc/index.json ]] && cache_args+=(--import-cache "type=local,src=$bkc")
   log "$image: building $file with BuildKit (FROM $DOCKERFILE_BASE = ${NAME[base]}) ..."
   if ! "$node_dir/buildctl" --addr "unix://$bk_state/buildkitd.sock" build --progress plain \
       --frontend dockerfile.v0 --local context="$repo" --local dockerfile="$dfdir" --opt filename="$file" \
@@ -261,7 +264,7 @@ buildctl_build() {
     tail -n 30 "$dir/build.log" >&2
     die "$image: build failed (log: $dir/build.log)"
   fi
-  rm -rf "$cache/buildkit-cache" && mv "$cache/buildkit-cache.new" "$cache/buildkit-cache"
+  rm -rf "$bkc" && mv "$bkc.new" "$bkc"
   local digest
   digest=$("$py" "$here/oci_layout.py" names "$dir/layout" | awk -v n="${NAME[$image]}" '$1==n {print $2}')
   [[ -n $digest ]] || die "$image: the output layout does not name ${NAME[$image]}"
@@ -380,6 +383,14 @@ status() {
   echo "containerd: $sock$([[ -S $sock ]] || echo ' (not running)')"
 }
 
+# lock: one build or load at a time per cache directory. A second run waits: it would otherwise remove the first
+# one's directory as a stale build (its key differs when the tree changed in between) and share buildkit-cache/.
+lock() {
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock -n 9 || { log "another hack/images.sh is building in $cache: waiting for it ..."; flock 9; }
+}
+
 cmd=${1:-}
 [[ $# -gt 0 ]] && shift
 # every key once, in this shell: the functions that run in command substitutions read them from KEY
@@ -387,8 +398,8 @@ if [[ $cmd == build || $cmd == load || $cmd == status || $cmd == dir ]]; then
   for _image in "${IMAGES[@]}"; do KEY[$_image]=$(key "$_image"); done
 fi
 case $cmd in
-  build) build "$@" ;;
-  load) load "$@" ;;
+  build) lock; build "$@" ;;
+  load) lock; load "$@" ;;
   status) status ;;
   dir) [[ $# -eq 1 && -n ${NAME[$1]:-} ]] || die "usage: hack/images.sh dir IMAGE"; built "$1" && echo "$(image_dir "$1")/layout" ;;
   *) echo "usage: hack/images.sh build|load|status|dir [IMAGE...]   (IMAGE: ${IMAGES[*]})" >&2; exit 2 ;;

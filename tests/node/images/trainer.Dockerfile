@@ -4,12 +4,15 @@
 # downloaded (requirements-build.lock, as the main Dockerfile does). Builds with Docker too:
 # `docker build -f tests/node/images/trainer.Dockerfile .`
 FROM python:3.11-slim-bookworm
-COPY requirements-build.lock pyproject.toml README.md /src/
+# the installer first, in a layer of its own: a change to the code alone reuses it from the build cache
+COPY requirements-build.lock /tmp/
+RUN python -m venv /opt/trainer \
+ && /opt/trainer/bin/pip install --no-cache-dir -r /tmp/requirements-build.lock \
+ && rm /tmp/requirements-build.lock
+COPY pyproject.toml README.md /src/
 COPY webhook /src/webhook
 COPY controller /src/controller
-RUN python -m venv /opt/trainer \
- && /opt/trainer/bin/pip install --no-cache-dir -r /src/requirements-build.lock \
- && /opt/trainer/bin/pip install --no-cache-dir --no-deps --no-build-isolation /src \
+RUN /opt/trainer/bin/pip install --no-cache-dir --no-deps --no-build-isolation /src \
  && rm -rf /src
 ENV PATH=/opt/trainer/bin:$PATH PYTHONUNBUFFERED=1
 CMD ["python"]
