@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _crd_policy_fields(field: str) -> set[str]:
     """The fields of ``spec.<field>`` in the ClusterTrainingRuntime CRD (upstream's, see crds/)."""
-    crd = yaml.safe_load((REPO / "crds" / "trainer.kubeflow.org_clustertrainingruntimes.yaml").read_text())
+    text = (REPO / "crds" / "trainer.kubeflow.org_clustertrainingruntimes.yaml").read_text()
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # the CRD is large: libyaml
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return set(schema["properties"]["spec"]["properties"][field]["properties"])
 
