@@ -64,6 +64,16 @@ def ratio(conc: str, *path: str) -> Callable[[], float]:
     return get
 
 
+def throughput() -> list[float]:
+    return [r["throughput"]["median"] for r in stored("admission_bench")["ratios_b_over_a"].values()]
+
+
+def cpu_per_create(config: str) -> list[float]:
+    # webhook + apiserver + etcd, per admitted CREATE, for each concurrency of one configuration (a: no webhook)
+    cells = stored("admission_bench")["cpu_ms_per_create"]
+    return [sum(v for k, v in c.items() if k != "bench client") for name, c in cells.items() if name.startswith(config + "/")]
+
+
 KB, MB = 1000, 1000 * 1000
 
 # (README text with each figure as a group, the stored values in the same order, scaled to the README's unit)
@@ -109,6 +119,15 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
      r"\*\*([\d.]+)x\*\* the p50 of the same CREATE with no webhook \(([\d.]+)-([\d.]+)x at 8 and 32 in flight",
      [cell("b/c1", "p50"), cell("b/c1", "p99"), ratio("c1", "p50_per_round", "median"),
       ratio("c8", "p50_per_round", "median"), ratio("c32", "p50_per_round", "median")]),
+    (r"the webhook's own p50 is [\d.]+-[\d.]+ ms and p99 ([\d.]+)-([\d.]+) ms",
+     [server("p99_ms", min), server("p99_ms", max)]),
+    (r"at 8 and 32 in flight, p99 at\s+most (\d+) ms\)",
+     [lambda: max(cell("b/c8", "p99")(), cell("b/c32", "p99")())]),
+    (r"Throughput drops to ([\d.]+)-([\d.]+)x on 2 cores",
+     [lambda: min(throughput()), lambda: max(throughput())]),
+    (r"costs ([\d.]+)-([\d.]+) ms of CPU in\s+the webhook, apiserver and etcd against ([\d.]+)-([\d.]+) ms without",
+     [lambda: min(cpu_per_create("b")), lambda: max(cpu_per_create("b")),
+      lambda: min(cpu_per_create("a")), lambda: max(cpu_per_create("a"))]),
 ]
 
 
