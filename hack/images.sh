@@ -394,7 +394,7 @@ lock() {
 cmd=${1:-}
 [[ $# -gt 0 ]] && shift
 # every key once, in this shell: the functions that run in command substitutions read them from KEY
-if [[ $cmd == build || $cmd == load || $cmd == status || $cmd == dir ]]; then
+if [[ $cmd == build || $cmd == load || $cmd == status ]]; then
   for _image in "${IMAGES[@]}"; do KEY[$_image]=$(key "$_image"); done
 fi
 case $cmd in
