@@ -86,9 +86,14 @@ def test_the_agent_daemonset_warms_real_shards_and_reports_bytes_resident(releas
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o750
 
         # Warm: every shard resident in the page cache, and the status says so (summed from the agents' reports).
-        status_of = lambda: (c.get("datasetcache", "shards", "-n", namespace) or {}).get("status") or {}  # noqa: E731
-        got = wait_for("status.bytesResident to reach the shards' size",
-                       lambda: (s := status_of()) if s.get("bytesResident") == total else None, 120,
+        def status_of() -> dict:
+            return (c.get("datasetcache", "shards", "-n", namespace) or {}).get("status") or {}
+
+        def warm() -> dict | None:
+            status = status_of()
+            return status if status.get("bytesResident") == total else None
+
+        got = wait_for("status.bytesResident to reach the shards' size", warm, 120,
                        diagnose=lambda: f"status: {status_of()}\n{c.describe(namespace)}")
         assert got["shards"] == len(SIZES)
         assert got["nodesDesired"] == got["nodesReady"] == 1
