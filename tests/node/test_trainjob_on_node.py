@@ -108,6 +108,12 @@ def finished(c: NodeCluster, namespace: str, name: str) -> dict[str, Any] | None
     return None
 
 
+def state(c: NodeCluster, namespace: str, name: str) -> str | None:
+    """The ``trainguard.io/state`` label: written by the reconcile after the one that copies the condition."""
+    return ((c.get("trainjob", name, "-n", namespace) or {}).get("metadata", {}).get("labels") or {}).get(
+        "trainguard.io/state")
+
+
 def trainer_pods(c: NodeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
     return sorted(c.pods(namespace, f"jobset.sigs.k8s.io/jobset-name={name}"),
                   key=lambda p: int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]))
@@ -132,7 +138,7 @@ def test_two_trainer_pods_share_the_cached_shards_and_the_trainjob_completes(tea
     logs = {p["metadata"]["name"]: c.kubectl("logs", "-n", namespace, p["metadata"]["name"], "-c", "node",
                                              check=False).stdout for p in pods}
     assert (condition(job, "Complete") or {}).get("status") == "True", (job["status"], logs)
-    assert job["metadata"]["labels"]["trainguard.io/state"] == "Complete"
+    wait_for("the state label Complete", lambda: state(c, namespace, "share") == "Complete", 30)
 
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
     inodes = {name: (directory / name).stat().st_ino for name in expected}
@@ -172,7 +178,7 @@ def test_a_trainer_that_exits_1_fails_the_trainjob_with_the_reason(team) -> None
     assert condition(job, "Complete") is None or condition(job, "Complete")["status"] != "True"
     assert failed["reason"] == "FailedJobs", failed
     assert "jobset failed" in failed["message"].lower() and "diverged-node-0" in failed["message"], failed
-    assert job["metadata"]["labels"]["trainguard.io/state"] == "Failed"
+    wait_for("the state label Failed", lambda: state(c, namespace, "diverged") == "Failed", 30)
 
     (pod,) = trainer_pods(c, namespace, "diverged")
     (status,) = pod["status"]["containerStatuses"]
