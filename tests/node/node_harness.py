@@ -318,8 +318,13 @@ def jobset_controller(c: NodeCluster) -> Iterator[JobSetController]:
     controller = JobSetController(c, work)
     try:
         yield controller.start()
-    finally:
+    except BaseException:
         controller.stop()
+        print(f"JobSet controller's log and config kept in {work}")
+        raise
+    controller.stop()
+    # Its certificates, kubeconfig (a ServiceAccount token) and log: nothing to keep once the tests that used it ended.
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def trainjob(name: str, namespace: str, runtime: str = "plain", gpus: int = 0, nodes: int = 1) -> dict[str, Any]:
