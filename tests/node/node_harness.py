@@ -28,7 +28,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,10 +37,9 @@ from typing import Any, Callable, Iterator, TypeVar
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from tests.conftest import build_tools, upstream_crds, wait_for_crds
-from tests.integration.chart.chart_harness import CHART, ChartCluster
+from tests.integration.chart.chart_harness import CHART, PLAIN_RUNTIME, ApplyLoop, ChartCluster  # noqa: F401 - for the node tests
 from trainguard.webhook.runtime.dataset_cache import SOCKET_HOST_ROOT
 
 # The image names hack/images.sh builds and loads into the node's containerd.
@@ -52,7 +50,6 @@ TRAINER_IMAGE = "localhost/trainguard/trainer:dev"
 
 RELEASE = "trainguard"
 NAMESPACE = "trainguard-system"
-TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 TRAINGUARD_GROUP = ("trainguard.io", "v1alpha1")
 HERE = Path(__file__).resolve().parent
 # Node directories a DatasetCache of these tests may read: the chart's datasetCache.allowedHostPathRoots.
@@ -335,33 +332,6 @@ def trainjob(name: str, namespace: str, runtime: str = "plain", gpus: int = 0, n
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime"}, "trainer": trainer}}
 
-
-class ApplyLoop(threading.Thread):
-    """TrainJobs created back to back by a namespace user's client, each one's outcome recorded (with its time)."""
-
-    def __init__(self, c: NodeCluster, namespace: str, make: Callable[[str], dict[str, Any]],
-                 interval: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        self.interval = interval
-        self.api = client.CustomObjectsApi(c.api_client())
-        self.namespace, self.make = namespace, make
-        self.halt = threading.Event()
-        self.created: list[dict[str, Any]] = []
-        self.failures: list[str] = []
-
-    def run(self) -> None:
-        i = 0
-        while not self.halt.is_set():
-            try:
-                self.created.append(self.api.create_namespaced_custom_object(
-                    *TRAINER, self.namespace, "trainjobs", self.make(f"loop-{i}")))
-            except ApiException as err:
-                at = time.strftime("%H:%M:%S", time.gmtime()) + f"{time.time() % 1:.3f}"[1:]
-                self.failures.append(f"loop-{i} at {at} UTC: {err.status} {err.body}")
-            except Exception as err:  # noqa: BLE001 - a connection error is a failed apply too
-                self.failures.append(f"loop-{i}: {type(err).__name__}: {err}")
-            i += 1
-            time.sleep(self.interval)  # a steady stream, not a flood: two cores run the control plane and the pods
 
 
 def trainer_script() -> str:

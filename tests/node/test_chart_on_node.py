@@ -22,6 +22,7 @@ from tests.node.node_harness import (  # noqa: F401 - fixtures
     NAMESPACE,
     RELEASE,
     ApplyLoop,
+    PLAIN_RUNTIME,
     NodeCluster,
     component_selector,
     container_pid,
@@ -39,15 +40,6 @@ from tests.node.node_harness import (  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.node
 
-PLAIN_RUNTIME = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "plain"},
-    "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
-        "name": "node",
-        "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                     "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "python:3.12"}]}}}},
-    }]}}},
-}
 GPU_POLICY = {
     "apiVersion": "trainguard.io/v1alpha1", "kind": "TrainJobPolicy",
     "metadata": {"name": "node-gpu-teams"},

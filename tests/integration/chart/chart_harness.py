@@ -28,20 +28,67 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.conftest import HACK, REPO, Cluster, build_tools
 
 CHART = REPO / "charts" / "trainguard"
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 ENDPOINT_SLICE_LABEL = "kubernetes.io/service-name"
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+# The runtime a namespace user's TrainJob names in the chart tests: plain, one node.
+PLAIN_RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "plain"},
+    "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+        "name": "node",
+        "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                     "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "python:3.12"}]}}}},
+    }]}}},
+}
+
+
+class ApplyLoop(threading.Thread):
+    """TrainJobs created back to back by a namespace user's client, each one's outcome recorded (with its time).
+
+    ``cluster`` is anything with ``api_client()`` (the chart's stand-in cluster, the real node's); ``make(name)``
+    gives the TrainJob. A steady stream, not a flood: on two cores the same machine runs the control plane and the
+    replicas under test.
+    """
+
+    def __init__(self, cluster: Any, namespace: str, make: Callable[[str], dict[str, Any]],
+                 interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.api = client.CustomObjectsApi(cluster.api_client())
+        self.namespace, self.make = namespace, make
+        self.halt = threading.Event()
+        self.created: list[dict[str, Any]] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        i = 0
+        while not self.halt.is_set():
+            try:
+                self.created.append(self.api.create_namespaced_custom_object(
+                    *TRAINER, self.namespace, "trainjobs", self.make(f"loop-{i}")))
+            except ApiException as err:
+                at = time.strftime("%H:%M:%S", time.gmtime()) + f"{time.time() % 1:.3f}"[1:]
+                self.failures.append(f"loop-{i} at {at} UTC: {err.status} {err.body}")
+            except Exception as err:  # noqa: BLE001 - a connection error is a failed apply too
+                self.failures.append(f"loop-{i}: {type(err).__name__}: {err}")
+            i += 1
+            time.sleep(self.interval)
 
 
 def host_ip() -> str:

@@ -21,35 +21,28 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from tests.conftest import REPO, upstream_crds, wait_for_crds
-from tests.integration.chart.chart_harness import CHART, ChartCluster, Release, chart_control_plane
+from tests.integration.chart.chart_harness import (
+    CHART,
+    PLAIN_RUNTIME,
+    ApplyLoop,
+    ChartCluster,
+    Release,
+    chart_control_plane,
+)
 
 NAMESPACE = "trainguard-system"
 RELEASE = "trainguard"
-TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # crds/<group>_<plural>.yaml holds the CRD <plural>.<group>.
 CRD_NAMES = sorted(".".join(reversed(p.stem.split("_", 1))) for p in (REPO / "crds").glob("*.yaml"))
 IF_CRDS, END = "{{- if .Values.crds.enabled }}\n", "{{- end }}\n"
-# A TrainJob a namespace user writes: plain runtime, one node.
-PLAIN_RUNTIME = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "plain"},
-    "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
-        "name": "node",
-        "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                     "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "python:3.12"}]}}}},
-    }]}}},
-}
 
 
 def trainjob(name: str, namespace: str, runtime: str = "plain", gpus: int = 0, nodes: int = 1) -> dict[str, Any]:
@@ -181,29 +174,6 @@ GPU_POLICY = {
 }
 
 
-class ApplyLoop(threading.Thread):
-    """TrainJobs created back to back by a namespace user's client, each one's outcome recorded."""
-
-    def __init__(self, c: ChartCluster, namespace: str) -> None:
-        super().__init__(daemon=True)
-        self.api = client.CustomObjectsApi(c.api_client())
-        self.namespace = namespace
-        self.halt = threading.Event()
-        self.created: list[dict[str, Any]] = []
-        self.failures: list[str] = []
-
-    def run(self) -> None:
-        i = 0
-        while not self.halt.is_set():
-            try:
-                self.created.append(self.api.create_namespaced_custom_object(
-                    *TRAINER, self.namespace, "trainjobs", trainjob(f"loop-{i}", self.namespace)))
-            except ApiException as err:
-                at = time.strftime("%H:%M:%S", time.gmtime()) + f"{time.time() % 1:.3f}"[1:]
-                self.failures.append(f"loop-{i} at {at} UTC: {err.status} {err.body}")
-            i += 1
-            time.sleep(0.05)  # a steady stream, not a flood: the machine also runs the apiserver and four replicas
-
 
 def test_admission_through_the_chart_service_survives_an_upgrade_and_uninstall_leaves_no_webhook(
         chart_cluster: ChartCluster, release: Release) -> None:
@@ -230,7 +200,7 @@ def test_admission_through_the_chart_service_survives_an_upgrade_and_uninstall_l
 
     # helm upgrade (a changed webhook setting rewrites both webhook configurations) and a rolling update of both
     # webhook replicas, while TrainJobs are created without pause.
-    loop = ApplyLoop(c, "team-a")
+    loop = ApplyLoop(c, "team-a", lambda name: trainjob(name, "team-a"), interval=0.05)
     loop.start()
     try:
         time.sleep(1)
