@@ -1,0 +1,53 @@
+"""Read-only typed views over wire objects: the one place that knows where each field of a TrainJob, a runtime
+and the JobSet template inside it lives.
+
+The webhook, the reconciler and ``render`` receive objects as JSON dicts (an AdmissionReview, a watch event, a
+file), and what they write back (a JSON Patch, the built JobSet) is computed from those dicts, most of whose fields
+are opaque to us; so the code keeps the dicts and reads them through these views. A view wraps the dict it is given
+without copying it and without validating it (the CRD schema and the door check
+``trainguard.webhook.policy.well_formed`` have done that before any rule runs): a missing or null field reads as
+the documented default; a field of the wrong type is the door check's to refuse (the properties walk the CRD's shape
+with plain ``dict.get`` chains, the cheapest reads Python has, since every rule reads through them; ``resolve``
+also tolerates a wrong type). Views never write; code that builds or mutates an object (patches, merges, the draft
+JobSet) works on dicts and may use a view to read them.
+
+``TrainJob`` serves TrainJobs; ``Runtime`` serves TrainingRuntimes and ClusterTrainingRuntimes alike (same spec);
+both share ``KubeObject`` / ``Meta``. ``JobSetTemplate`` reads a runtime's ``spec.template`` and a runtimePatch's
+``trainingRuntimeSpec.template`` (same shape), ``ReplicatedJob`` one replicated job down to its pod spec.
+
+The runtimeRef rule: a field that is ABSENT (or null) takes the CRD default (``kind: ClusterTrainingRuntime``,
+``apiGroup: trainer.kubeflow.org``), as the apiserver's structural defaulting fills only missing fields; a field
+present as ``""`` stays ``""``. Upstream v2.3 does the same: the CRD default applies to an absent field only, and
+``RuntimeRefToRuntimeRegistryKey`` dereferences the pointer as sent, so ``kind: ""`` keys the runtime registry as
+``.trainer.kubeflow.org``, which no runtime serves: the webhook answers "unsupported runtime" and the reconciler
+marks the job ``TrainingRuntimeNotSupported``.
+
+One module per kind: ``base`` (``resolve``, ``View``, ``Meta``, ``KubeObject``), ``jobset`` (the JobSet template down
+to containers), ``runtime``, ``trainjob``.
+"""
+
+from trainguard.webhook.api.views.base import EMPTY, KubeObject, Meta, View, resolve
+from trainguard.webhook.api.views.jobset import (
+    Container, JobSetTemplate, ReplicatedJob, iter_pod_specs, job_ancestor, patch_template, replicated_jobs,
+)
+from trainguard.webhook.api.views.runtime import Runtime
+from trainguard.webhook.api.views.trainjob import RuntimeRef, TrainJob, Trainer
+
+__all__ = [
+    "Container",
+    "EMPTY",
+    "JobSetTemplate",
+    "KubeObject",
+    "Meta",
+    "ReplicatedJob",
+    "Runtime",
+    "RuntimeRef",
+    "TrainJob",
+    "Trainer",
+    "View",
+    "iter_pod_specs",
+    "job_ancestor",
+    "patch_template",
+    "replicated_jobs",
+    "resolve",
+]
