@@ -23,10 +23,12 @@ present as ``""`` stays ``""``. Upstream v2.3 does the same: the CRD default app
 marks the job ``TrainingRuntimeNotSupported``.
 
 One module per kind: ``base`` (``resolve``, ``View``, ``Meta``, ``KubeObject``), ``jobset`` (the JobSet template down
-to containers), ``runtime``, ``trainjob``.
+to containers), ``runtime``, ``trainjob``, ``dataset_cache`` (``DatasetCache``, its ``CacheSource`` and
+``CacheStatus``).
 """
 
 from trainguard.webhook.api.views.base import EMPTY, KubeObject, Meta, View, resolve
+from trainguard.webhook.api.views.dataset_cache import CacheSource, CacheStatus, DatasetCache
 from trainguard.webhook.api.views.jobset import (
     Container, JobSetTemplate, ReplicatedJob, iter_pod_specs, job_ancestor, patch_template, replicated_jobs,
 )
@@ -34,7 +36,10 @@ from trainguard.webhook.api.views.runtime import Runtime
 from trainguard.webhook.api.views.trainjob import RuntimeRef, TrainJob, Trainer
 
 __all__ = [
+    "CacheSource",
+    "CacheStatus",
     "Container",
+    "DatasetCache",
     "EMPTY",
     "JobSetTemplate",
     "KubeObject",
