@@ -42,7 +42,7 @@ class Doc:
 
     @property
     def kind(self) -> str:
-        return str(self.obj.get("kind") or "")
+        return str(KubeObject(self.obj).kind or "")
 
     @property
     def name(self) -> str:
@@ -69,7 +69,7 @@ def load_documents(path: str, text: str) -> list[Doc]:
                 raise InputError(f"{origin}: expected a Kubernetes object (a mapping), got {type(obj).__name__}")
             if obj.get("kind") not in KINDS:
                 raise InputError(f"{origin}: unknown kind {obj.get('kind')!r}; render understands {', '.join(KINDS)}")
-            if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+            if not KubeObject(obj).metadata.name:
                 raise InputError(f"{origin}: {obj['kind']} has no metadata.name")
             docs.append(Doc(obj, origin))
     except yaml.YAMLError as e:
@@ -81,11 +81,11 @@ def load_documents(path: str, text: str) -> list[Doc]:
     return docs
 
 
-def _with_default_namespace(obj: dict[str, Any]) -> dict[str, Any]:
-    """kubectl puts namespaced objects without a namespace into ``default``; so does render."""
-    meta = obj.setdefault("metadata", {})
-    meta.setdefault("namespace", "default")
-    return obj
+def _namespace(obj: dict[str, Any]) -> str:
+    """The namespace of a namespaced object. kubectl puts one that names none into ``default``; so does render,
+    writing it into the object."""
+    obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    return KubeObject(obj).metadata.namespace
 
 
 def build_snapshot(docs: list[Doc]) -> ClusterSnapshot:
@@ -93,7 +93,7 @@ def build_snapshot(docs: list[Doc]) -> ClusterSnapshot:
     priority_classes: set[str] = set()
     for d in docs:
         if d.kind == "TrainingRuntime":
-            training_runtimes[(_with_default_namespace(d.obj)["metadata"]["namespace"], d.name)] = d.obj
+            training_runtimes[(_namespace(d.obj), d.name)] = d.obj
         elif d.kind == "ClusterTrainingRuntime":
             cluster_runtimes[d.name] = d.obj
         elif d.kind == "TrainJobPolicy":
@@ -101,9 +101,9 @@ def build_snapshot(docs: list[Doc]) -> ClusterSnapshot:
         elif d.kind == "Namespace":
             namespaces[d.name] = dict(KubeObject(d.obj).metadata.labels)
         elif d.kind == "DatasetCache":
-            caches[(_with_default_namespace(d.obj)["metadata"]["namespace"], d.name)] = d.obj
+            caches[(_namespace(d.obj), d.name)] = d.obj
         elif d.kind == "JobSet":
-            jobsets[(_with_default_namespace(d.obj)["metadata"]["namespace"], d.name)] = d.obj
+            jobsets[(_namespace(d.obj), d.name)] = d.obj
         elif d.kind == "PriorityClass":
             priority_classes.add(d.name)
     return ClusterSnapshot(
@@ -155,13 +155,13 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
         _check(validate(AdmissionInput("CREATE", d.obj, None, now, namespace=d.namespace), snapshot),
                f"{d.kind} {d.name!r} ({d.origin})", out)
 
-    olds = {(_with_default_namespace(o.obj)["metadata"]["namespace"], o.name): o.obj
+    olds = {(_namespace(o.obj), o.name): o.obj
             for o in old_docs if o.kind == "TrainJob"}
     for d in docs:
         if d.kind != "TrainJob":
             continue
-        obj = _with_default_namespace(d.obj)
-        namespace = obj["metadata"]["namespace"]
+        obj = d.obj
+        namespace = _namespace(obj)
         what = f'TrainJob "{namespace}/{d.name}" ({d.origin})'
         old = olds.get((namespace, d.name)) if operation == "UPDATE" else None
         if operation == "UPDATE" and old is None:
@@ -177,7 +177,7 @@ def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_doc
         cache = _dataset_cache_of(admitted, namespace, snapshot)
         try:
             built = build_objects(admitted, runtime, keys=placeholder_keys(), dataset_cache=cache)
-            with_uid = {**admitted, "metadata": {"uid": PLACEHOLDER_UID, **admitted.get("metadata", {})}}
+            with_uid = {**admitted, "metadata": {"uid": PLACEHOLDER_UID, **KubeObject(admitted).metadata.raw}}
             built.append(build_runtime_snapshot(with_uid, runtime, snapshot_namespace))
         except BuildError as e:
             raise Denied(f"{what}: the runtime build fails: {e}") from e

@@ -1,7 +1,8 @@
 """apimachinery conventions every object shares: how ``metav1`` times are written, and owner references.
 
-Plain functions on wire dicts (standard library only), so the build, the reconciler and the policy engine write a
-timestamp or an ownerReference one way. Group, version and kind names come from ``constants``.
+Plain functions on wire dicts (standard library; fields read through ``views``), so the build, the reconciler and
+the policy engine write a timestamp or an ownerReference one way. Group, version and kind names come from
+``constants``.
 
 * ``format_time(moment)``: ``metav1.Time``, RFC 3339 in UTC with whole seconds (``2026-01-02T03:04:05Z``), what the
   apiserver writes for conditions, ``lastTransitionTime`` and core/v1 Event timestamps; a naive ``datetime`` is UTC.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any, Mapping
+
+from trainguard.webhook.api.views import KubeObject
 
 
 def _utc(moment: datetime) -> datetime:
@@ -40,12 +43,12 @@ def controller_reference(api_version: str, kind: str, owner: Mapping[str, Any]) 
 
     ``api_version`` and ``kind`` are the caller's constants, not the owner's fields: objects from a list carry
     neither."""
-    meta = owner.get("metadata") or {}
+    meta = KubeObject(owner).metadata
     return {
         "apiVersion": api_version,
         "kind": kind,
-        "name": meta.get("name", ""),
-        "uid": meta.get("uid", ""),
+        "name": meta.name,
+        "uid": meta.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -53,7 +56,7 @@ def controller_reference(api_version: str, kind: str, owner: Mapping[str, Any]) 
 
 def controller_owner(obj: Mapping[str, Any], kind: str, group: str) -> str | None:
     """Name of the controlling owner of ``kind`` in API ``group`` (any version), or None."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in KubeObject(obj).metadata.owner_references:
         if ref.get("controller") and ref.get("kind") == kind and str(ref.get("apiVersion", "")).split("/")[0] == group:
             return ref.get("name")
     return None

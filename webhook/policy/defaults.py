@@ -170,8 +170,7 @@ def write_policy_patch(trainjob: Object, desired: Object | None) -> None:
     """Put ``desired`` in place of the existing policy entry (keeping its ``time`` when content is unchanged,
     which the stamping step then confirms), else first in the list; remove the entry when ``desired`` is None."""
     spec = trainjob.setdefault("spec", {})
-    patches = spec.get("runtimePatches")
-    patches = list(patches) if isinstance(patches, list) else []
+    patches = list(TrainJob(trainjob).runtime_patches)
     index = next((i for i, p in enumerate(patches) if isinstance(p, dict) and p.get("manager") == POLICY_MANAGER), None)
     if desired is None:
         if index is not None:
@@ -205,8 +204,8 @@ def _runtime_sets_scheduler(runtime: Object) -> bool:
 
 def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Policy]) -> None:
     meta = trainjob.setdefault("metadata", {})
-    labels = dict(meta.get("labels") or {})
-    annotations = dict(meta.get("annotations") or {})
+    labels = dict(Meta(meta).labels)
+    annotations = dict(Meta(meta).annotations)
 
     def kueue(field: str):
         return lambda p: getattr(p.spec.scheduling.kueue, field) if p.spec.scheduling.kueue else None
@@ -232,7 +231,7 @@ def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Po
 
     spec = trainjob.setdefault("spec", {})
     deadline = first_set(policies, lambda p: p.spec.defaults.active_deadline_seconds)[0]
-    if deadline is not None and spec.get("activeDeadlineSeconds") is None:
+    if deadline is not None and TrainJob(trainjob).active_deadline_seconds is None:
         spec["activeDeadlineSeconds"] = deadline
     if labels.get(KUEUE_QUEUE_LABEL):
         # As Kueue's WorkloadShouldBeSuspended: every job with a queue name, MultiKueue's included.

@@ -40,7 +40,7 @@ import copy
 from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import MULTIKUEUE_CONTROLLER, TRAINJOB_CONTROLLER
-from trainguard.webhook.api.views import KubeObject
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.policy.defaults import KUEUE_QUEUE_LABEL
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
@@ -65,11 +65,11 @@ def dispatches(namespace: str, queue: str, snapshot: ClusterSnapshot) -> bool:
 
 def default_managed_by(trainjob: Object, namespace: str, snapshot: ClusterSnapshot) -> Object:
     """``trainjob`` with MultiKueue's ``managedBy`` where Kueue's defaulter would set it (a copy when changed)."""
-    queue = _labels(trainjob).get(KUEUE_QUEUE_LABEL)
-    spec = trainjob.get("spec")
-    if not isinstance(queue, str) or not queue or not isinstance(spec, dict):
+    job = TrainJob(trainjob)
+    queue = job.metadata.labels.get(KUEUE_QUEUE_LABEL)
+    if not isinstance(queue, str) or not queue or not job.has_spec:
         return trainjob
-    if spec.get("managedBy") not in (None, TRAINJOB_CONTROLLER):
+    if job.managed_by not in (None, TRAINJOB_CONTROLLER):
         return trainjob  # Kueue's CanDefaultManagedBy: another controller's job is left as it is
     if not dispatches(namespace, queue, snapshot):
         return trainjob

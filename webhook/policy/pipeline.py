@@ -49,6 +49,7 @@ from trainguard.webhook.api.constants import (
     TRAINJOB_KIND,
     TRAINJOB_POLICY_KIND,
 )
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.field import FieldError, aggregate
 from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
@@ -77,7 +78,7 @@ CACHE_OBJECT = "DatasetCacheValidation"
 
 
 def _namespace(review: AdmissionInput) -> str:
-    return review.namespace or (review.obj.get("metadata") or {}).get("namespace") or ""
+    return review.namespace or KubeObject(review.obj).metadata.namespace or ""
 
 
 def _admits(review: AdmissionInput) -> bool:
@@ -126,9 +127,7 @@ def mutate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdic
 
 
 def _policy_entry(obj: dict[str, Any]) -> dict[str, Any] | None:
-    patches = (obj.get("spec") or {}).get("runtimePatches")
-    if not isinstance(patches, list):
-        return None
+    patches = TrainJob(obj).runtime_patches
     return next((p for p in patches if isinstance(p, dict) and p.get("manager") == POLICY_MANAGER), None)
 
 
@@ -136,12 +135,10 @@ def _keep_policy_patch(obj: dict[str, Any], old: dict[str, Any]) -> dict[str, An
     """Put the old ``trainguard.io/policy`` entry back, first, when an UPDATE left it out (policy effects are
     decided at CREATE; an update may edit the entry, but omitting it is what list-replacing clients do)."""
     kept = _policy_entry(old)
-    if kept is None or _policy_entry(obj) is not None or not isinstance(obj.get("spec"), dict):
+    if kept is None or _policy_entry(obj) is not None or not TrainJob(obj).has_spec:
         return obj  # no spec: nothing to keep it in (adding one would make a spec without runtimeRef)
     result = copy.deepcopy(obj)
-    spec = result.setdefault("spec", {})
-    patches = spec.get("runtimePatches")
-    spec["runtimePatches"] = [copy.deepcopy(kept)] + (list(patches) if isinstance(patches, list) else [])
+    result["spec"]["runtimePatches"] = [copy.deepcopy(kept)] + list(TrainJob(result).runtime_patches)
     return result
 
 
@@ -159,7 +156,7 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
     if resolved.runtime is None:
         return _decide(list(resolved.errors), warnings, UPSTREAM)
     runtime = resolved.runtime
-    name = (obj.get("metadata") or {}).get("name", "")
+    name = KubeObject(obj).metadata.name
     upstream, plugin_warnings = framework.plugin_validation(
         obj, old, runtime, snapshot.jobsets.get((namespace, name)), snapshot.priority_classes or None)
     warnings += plugin_warnings
@@ -242,7 +239,7 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
         return Verdict.allow()
     warnings: list[str] = []
     if review.operation == "CREATE" and is_deprecated(review.obj):
-        name = (review.obj.get("metadata") or {}).get("name", "")
+        name = KubeObject(review.obj).metadata.name
         warnings.append(
             f'{CLUSTER_TRAINING_RUNTIME} "{name}" is deprecated and will be removed in a future release of '
             f"Kubeflow Trainer. See runtime deprecation policy: {DEPRECATION_POLICY_URL}"
@@ -259,7 +256,7 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
     """TrainJobPolicy: readable, sane topology and limits, no conflict with an overlapping equal-priority policy."""
     if not _admits(review):
         return Verdict.allow()
-    runtime_labels = [dict((r.get("metadata") or {}).get("labels") or {})
+    runtime_labels = [dict(KubeObject(r).metadata.labels)
                       for r in list(snapshot.training_runtimes.values()) + list(snapshot.cluster_training_runtimes.values())]
     errors, warnings = policy_errors(review.obj, snapshot.policies, snapshot.namespace_labels, runtime_labels)
     return _decide(errors, warnings, POLICY_OBJECT)

@@ -56,7 +56,7 @@ def stamp_runtime_patches(obj: Object, old_obj: Object | None, now: datetime) ->
         p.get("manager"): p for p in _patches(old_obj) if isinstance(p, dict) and p.get("manager") is not None
     }
     result = copy.deepcopy(obj)
-    for entry in result["spec"]["runtimePatches"]:
+    for entry in TrainJob(result).runtime_patches:
         if not isinstance(entry, dict):
             continue
         old = old_by_manager.get(entry.get("manager")) if old_obj is not None else None

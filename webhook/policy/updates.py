@@ -68,12 +68,13 @@ def scheduling_update_findings(obj: dict[str, Any], old: dict[str, Any], policie
 
 def _build_inputs(obj: dict[str, Any]) -> tuple[Any, Any]:
     """What the merged job depends on, less what cannot change it (suspend, runtimePatch times)."""
-    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "suspend"}
-    patches = spec.get("runtimePatches")
-    if isinstance(patches, list):
+    job = TrainJob(obj)
+    spec = {k: v for k, v in job.spec.items() if k != "suspend"}
+    patches = job.runtime_patches
+    if patches:  # a list with entries; anything else compares as written
         spec["runtimePatches"] = [{k: v for k, v in p.items() if k != "time"} if isinstance(p, dict) else p
                                   for p in patches]
-    return spec, (obj.get("metadata") or {}).get("annotations")
+    return spec, job.metadata.annotations
 
 
 def update_findings(obj: dict[str, Any], old: dict[str, Any], runtime: dict[str, Any],

@@ -164,7 +164,7 @@ def prepare(trainjob: Any, runtime: Any) -> Draft:
     template = Runtime(rt).template
     patches = runtime_patches(tj)
     spec = merge.merge_runtime_patches(template.spec, patches)
-    labels, annotations = merge.merge_template_metadata(template.get("metadata"), patches)
+    labels, annotations = merge.merge_template_metadata(template.metadata.raw, patches)
     draft = Draft(trainjob=tj, runtime=rt, spec=spec, labels=labels, annotations=annotations, counts={})
     for rj in draft.jobs():
         # The runtime CRDs' embedded JobSet schema defaults these; files given to `trainguard render` lack them.

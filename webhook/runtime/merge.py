@@ -151,17 +151,12 @@ def typed_patch(value: Any) -> Any:
 # -- layer 1: runtimePatches --------------------------------------------------------------------------------
 
 
-def patch_template(patch: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``runtimePatches[i].trainingRuntimeSpec.template`` (empty when absent)."""
-    return views.patch_template(patch).raw
-
-
 def merge_runtime_patches(jobset_spec: Mapping[str, Any], patches: Sequence[Mapping[str, Any]]) -> dict:
     """The runtime's JobSet spec with every patch's ``template.spec`` merged in list order."""
     merged: dict = deep_copy(dict(jobset_spec))  # the one copy of the runtime's spec; patches merge into it
     original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
     for patch in patches:
-        spec_patch = typed_patch(patch_template(patch).get("spec"))
+        spec_patch = typed_patch(views.patch_template(patch).spec)
         if spec_patch:
             merged = _merge_owned(merged, spec_patch)
     if "replicatedJobs" in merged:
@@ -177,12 +172,12 @@ def merge_template_metadata(
     template_metadata: Mapping[str, Any] | None, patches: Sequence[Mapping[str, Any]]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """JobSet labels and annotations: the runtime template's metadata, then each patch's (later wins)."""
-    labels = dict((template_metadata or {}).get("labels") or {})
-    annotations = dict((template_metadata or {}).get("annotations") or {})
+    template = views.Meta(template_metadata)
+    labels, annotations = dict(template.labels), dict(template.annotations)
     for patch in patches:
-        meta = patch_template(patch).get("metadata") or {}
-        labels.update(meta.get("labels") or {})
-        annotations.update(meta.get("annotations") or {})
+        meta = views.patch_template(patch).metadata
+        labels.update(meta.labels)
+        annotations.update(meta.annotations)
     return labels, annotations
 
 

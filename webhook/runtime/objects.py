@@ -12,6 +12,7 @@ import base64
 from typing import Any, Mapping
 
 from trainguard.webhook.api.apimachinery import controller_reference
+from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
 
 
@@ -21,13 +22,12 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict:
 
 def owned_object(api_version: str, kind: str, name: str, trainjob: Mapping[str, Any]) -> dict:
     """``{apiVersion, kind, metadata: {name, namespace, ownerReferences}}`` for a child of ``trainjob``."""
-    meta = trainjob.get("metadata") or {}
     return {
         "apiVersion": api_version,
         "kind": kind,
         "metadata": {
             "name": name,
-            "namespace": meta.get("namespace", ""),
+            "namespace": KubeObject(trainjob).metadata.namespace,
             "ownerReferences": [owner_reference(trainjob)],
         },
     }

@@ -60,10 +60,11 @@ def build_runtime_snapshot(trainjob: Any, runtime: Any, namespace: str) -> dict:
     """The snapshot ConfigMap of ``trainjob`` in ``namespace`` (the controller's); raises ``InvalidRuntimeSnapshot``
     when the runtime is too large to be stored."""
     tj, rt = as_object(trainjob), as_object(runtime)
-    # managedFields is apiserver bookkeeping, not part of the runtime's meaning.
-    (rt.get("metadata") or {}).pop("managedFields", None)
-    meta = tj.get("metadata") or {}
-    uid = meta.get("uid") or ""
+    # managedFields is apiserver bookkeeping, not part of the runtime's meaning (``rt`` is our copy).
+    if "managedFields" in KubeObject(rt).metadata.raw:
+        rt["metadata"].pop("managedFields")
+    meta = TrainJob(tj).metadata
+    uid = meta.uid or ""
     if not uid:
         raise InvalidRuntimeSnapshot("invalid runtime snapshot: the TrainJob has no UID")
     text = json.dumps(rt, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
@@ -76,8 +77,7 @@ def build_runtime_snapshot(trainjob: Any, runtime: Any, namespace: str) -> dict:
         "metadata": {
             "name": snapshot_name(uid),
             "namespace": namespace,
-            "labels": {**MANAGED_BY, LABEL_OF_NAMESPACE: meta.get("namespace", ""), LABEL_OF_NAME: meta.get("name", ""),
-                       LABEL_OF_UID: uid},
+            "labels": {**MANAGED_BY, LABEL_OF_NAMESPACE: meta.namespace, LABEL_OF_NAME: meta.name, LABEL_OF_UID: uid},
         },
         "immutable": True,
         "data": {DATA_KEY: text},
@@ -93,17 +93,17 @@ def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str]:
 def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict:
     """The runtime stored in ``configmap``, when it is the snapshot of this TrainJob kept in ``namespace``."""
     cm, tj = as_object(configmap), as_object(trainjob)
-    meta = tj.get("metadata") or {}
-    uid = meta.get("uid") or ""
-    cm_meta = cm.get("metadata") or {}
-    where = (cm_meta.get("namespace"), cm_meta.get("name"))
+    meta = TrainJob(tj).metadata
+    uid = meta.uid or ""
+    cm_meta = KubeObject(cm).metadata
+    where = (cm_meta.namespace, cm_meta.name)
     if not uid or where != (namespace, snapshot_name(uid)):
         raise InvalidRuntimeSnapshot(
             f"invalid runtime snapshot: ConfigMap {where[0]}/{where[1]} is not {namespace}/{snapshot_name(uid)}")
-    if snapshot_owner(cm) != (meta.get("namespace"), meta.get("name"), uid):
+    if snapshot_owner(cm) != (meta.namespace, meta.name, uid):
         raise InvalidRuntimeSnapshot(
             f"invalid runtime snapshot: ConfigMap {namespace}/{where[1]} is not labelled for TrainJob "
-            f"{meta.get('namespace')}/{meta.get('name')} with UID {uid}")
+            f"{meta.namespace}/{meta.name} with UID {uid}")
     text = (cm.get("data") or {}).get(DATA_KEY)
     if not isinstance(text, str) or not text:
         raise InvalidRuntimeSnapshot(f"invalid runtime snapshot: data key {DATA_KEY!r} is missing")

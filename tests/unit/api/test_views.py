@@ -146,3 +146,28 @@ def test_views_neither_copy_nor_write():
     assert obj == before
     with pytest.raises(AttributeError):
         rt.anything = 1  # views hold nothing but the object they wrap
+
+
+# Code that edits a TrainJob's spec in place (MultiKueue's managedBy, the kept policy runtimePatch) asks first
+# whether there is one: only an object counts.
+@pytest.mark.parametrize(
+    "obj, expected",
+    [({}, False), ({"spec": None}, False), ({"spec": []}, False), ({"spec": "x"}, False), ({"spec": {}}, True),
+     ({"spec": {"runtimeRef": {"name": "rt"}}}, True)],
+    ids=["absent", "null", "list", "string", "empty", "present"],
+)
+def test_trainjob_has_spec(obj, expected):
+    assert TrainJob(obj).has_spec is expected
+
+
+# The runtimePatches list as the rules iterate it: anything but a list reads as no patches (the door check refuses
+# it before a rule runs; the policy and timestamp steps must not fail on it).
+@pytest.mark.parametrize(
+    "spec, expected",
+    [({}, []), ({"runtimePatches": None}, []), ({"runtimePatches": {"manager": "m"}}, []),
+     ({"runtimePatches": "m"}, []), ({"runtimePatches": []}, []),
+     ({"runtimePatches": [{"manager": "m"}, None]}, [{"manager": "m"}, None])],
+    ids=["absent", "null", "object", "string", "empty", "present"],
+)
+def test_trainjob_runtime_patches(spec, expected):
+    assert TrainJob({"spec": spec}).runtime_patches == expected

@@ -82,6 +82,12 @@ class TrainJob(KubeObject):
     __slots__ = ()
 
     @property
+    def has_spec(self) -> bool:
+        """Whether ``spec`` is an object: code that edits the spec in place (MultiKueue's ``managedBy``, the kept
+        policy runtimePatch) has nowhere to write without one, and adding one would make a spec without runtimeRef."""
+        return isinstance(self.raw.get("spec"), dict)
+
+    @property
     def runtime_ref(self) -> RuntimeRef:
         return RuntimeRef(_at2(self.raw, "spec", "runtimeRef"))
 
