@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from trainguard.webhook.api.views import DatasetCache
 from trainguard.webhook.field import FieldError, aggregate, forbidden, invalid
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, referenced_cache_name
 
@@ -91,18 +92,12 @@ class DatasetCacheSources:
         return f"hostPath roots: {roots}; PersistentVolumeClaims: {'allowed' if self.allow_persistent_volume_claims else 'refused'}"
 
 
-def _source(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    source = ((obj or {}).get("spec") or {}).get("source")
-    return source if isinstance(source, Mapping) else {}
-
-
 def source_errors(obj: Mapping[str, Any], sources: DatasetCacheSources) -> list[FieldError]:
     """Why the source of DatasetCache ``obj`` is not allowed by ``sources`` (empty: allowed)."""
-    source = _source(obj)
+    source = DatasetCache(obj).source
     errors: list[FieldError] = []
-    host_path = source.get("hostPath")
-    if isinstance(host_path, Mapping):
-        path = host_path.get("path")
+    if source.has_host_path:  # a hostPath without a path is refused below, not passed over
+        path = source.host_path
         try:
             cleaned = clean_host_path(path)  # type: ignore[arg-type]
         except UncleanPath as e:
@@ -119,7 +114,7 @@ def source_errors(obj: Mapping[str, Any], sources: DatasetCacheSources) -> list[
                     HOST_PATH_FIELD, path,
                     f"must be one of, or lie below one of, the hostPath roots the cluster admin allows: "
                     f"{', '.join(roots)} ({HOST_PATH_SETTING})"))
-    if source.get("persistentVolumeClaim") is not None and not sources.allow_persistent_volume_claims:
+    if source.has_claim and not sources.allow_persistent_volume_claims:
         errors.append(forbidden(
             PVC_FIELD, f"PersistentVolumeClaim sources are not allowed on this cluster ({PVC_SETTING})"))
     return errors
@@ -135,8 +130,8 @@ def source_findings(
     removal of finalizers on an object that is only being cleaned up. Changing the source is checked as a CREATE.
     """
     errors = source_errors(obj, sources)
-    if errors and old is not None and _source(old) == _source(obj):
-        name = ((obj.get("metadata") or {}).get("name")) or ""
+    if errors and old is not None and DatasetCache(old).source.raw == DatasetCache(obj).source.raw:
+        name = DatasetCache(obj).metadata.name or ""
         return [], [f'DatasetCache "{name}": its source is no longer allowed, so no cache agents run for it: '
                     f"{aggregate(errors)}"]
     return errors, []
@@ -161,7 +156,7 @@ def reference_errors(
 
 def dataset_cache_errors(obj: Mapping[str, Any]) -> list[FieldError]:
     """What the CRD's CEL rules cannot say: the name becomes a host directory and an agent object name."""
-    name = (obj.get("metadata") or {}).get("name") or ""
+    name = DatasetCache(obj).metadata.name or ""
     if not _DNS_LABEL.match(name) or len(name) > 63:
         return [invalid("metadata.name", name,
                         "must be a DNS-1123 label (lowercase letters, digits, '-', at most 63 characters): the "

@@ -30,7 +30,7 @@ import re
 from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import ANNOTATION_DATASET_CACHE, LABEL_TRAINJOB_ANCESTOR
-from trainguard.webhook.api.views import ReplicatedJob, TrainJob
+from trainguard.webhook.api.views import DatasetCache, KubeObject, ReplicatedJob, TrainJob, replicated_jobs
 from trainguard.webhook.field import FieldError, aggregate, invalid, required
 
 DATASET_CACHE_ANNOTATION = ANNOTATION_DATASET_CACHE
@@ -91,7 +91,7 @@ def referenced_cache_name(trainjob: Mapping[str, Any]) -> str | None:
 
 def holds_trainers(dataset_cache: Mapping[str, Any] | None) -> bool:
     """Whether ``dataset_cache`` asks for trainer pods to be held until it is warm (``spec.holdTrainersUntilWarm``)."""
-    return bool(((dataset_cache or {}).get("spec") or {}).get("holdTrainersUntilWarm"))
+    return DatasetCache(dataset_cache).hold_trainers_until_warm
 
 
 def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache: Mapping[str, Any]) -> dict:
@@ -108,17 +108,16 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
     differ, or no trainer container exists.
     """
     errors: list[FieldError] = []
-    tj_meta = trainjob.get("metadata") or {}
-    dc_meta = dataset_cache.get("metadata") or {}
-    cache_name = dc_meta.get("name") or ""
-    cache_namespace = dc_meta.get("namespace") or ""
+    cache = DatasetCache(dataset_cache)
+    cache_name = cache.metadata.name or ""
+    cache_namespace = cache.metadata.namespace or ""
     referenced = referenced_cache_name(trainjob)
     annotation_path = f"metadata.annotations[{DATASET_CACHE_ANNOTATION}]"
     if referenced is None:
         errors.append(required(annotation_path, "the TrainJob does not opt into a dataset cache"))
     elif referenced != cache_name:
         errors.append(invalid(annotation_path, referenced, f"does not name the DatasetCache {cache_name!r}"))
-    if cache_namespace != (tj_meta.get("namespace") or ""):
+    if cache_namespace != (TrainJob(trainjob).metadata.namespace or ""):
         errors.append(
             invalid("metadata.namespace", cache_namespace, "the DatasetCache must be in the TrainJob's namespace")
         )
@@ -135,12 +134,13 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
         {"name": ENV_DATASET, "value": cache_name},
     ]
 
-    hold = holds_trainers(dataset_cache)
+    hold = cache.hold_trainers_until_warm
     wired = copy.deepcopy(jobset)
     found = False
-    for index, rjob in enumerate((wired.get("spec") or {}).get("replicatedJobs") or []):
-        if not _is_trainer_job(rjob):
+    for job in replicated_jobs(KubeObject(wired).spec):
+        if not _is_trainer_job(job):
             continue
+        rjob: dict = job.raw  # type: ignore[assignment]  # a dict of ``wired``, this function's copy: wired below
         pod_template = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
         pod_spec = pod_template.setdefault("spec", {})
         containers = [c for c in pod_spec.get("containers") or [] if c.get("name") == TRAINER_CONTAINER]
@@ -171,9 +171,8 @@ def wire_dataset_cache(jobset: dict, trainjob: Mapping[str, Any], dataset_cache:
     return wired
 
 
-def _is_trainer_job(rjob: Mapping[str, Any]) -> bool:
-    job = ReplicatedJob(rjob)
-    return job.ancestor == "trainer" or rjob.get("name") == TRAINER_CONTAINER
+def _is_trainer_job(job: ReplicatedJob) -> bool:
+    return job.ancestor == "trainer" or job.name == TRAINER_CONTAINER
 
 
 def _upsert(items: list, item: Mapping[str, Any], *, key: str) -> None:
