@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api.meta import label_selector_matches
-from trainguard.webhook.api.views import Runtime, TrainJob
+from trainguard.webhook.api.views import KubeObject, Runtime, TrainJob
 from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
 from trainguard.webhook.policy.runtime_ref import runtime_ref
 
@@ -37,15 +37,16 @@ def application_order(policies: Iterable[Policy]) -> list[Policy]:
 # Parsed policies by (uid, resourceVersion): every review reads every stored policy, and parsing one through the API
 # model costs more than the rest of the matching. The apiserver gives a stored object a new resourceVersion on every
 # change, so a hit is the same object; objects without both (files given to ``render``, tests) are parsed each
-# time. ``Policy`` is frozen, so one parsed value can be shared by concurrent reviews. Bounded: a cluster churning
-# through policies cannot grow it without limit.
+# time. A hit is the view over the dict first seen under that key: the informer replaces a changed object (new
+# resourceVersion, new dict) and never edits a stored one in place, and views never write, so one view can be shared
+# by concurrent reviews. Bounded: a cluster churning through policies cannot grow it without limit.
 _PARSED: dict[tuple[str, str], Policy | tuple[str, str, Any, str]] = {}
 _PARSED_MAX = 4096
 
 
 def _parse_cached(obj: dict[str, Any]) -> Policy:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    uid, rv = (meta.get("uid"), meta.get("resourceVersion")) if isinstance(meta, dict) else (None, None)
+    meta = KubeObject(obj).metadata
+    uid, rv = meta.uid, meta.resource_version
     if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
         return parse_policy(obj)
     key = (uid, rv)

@@ -121,7 +121,7 @@ _SETTINGS: tuple[tuple[str, Callable[[Policy], Any]], ...] = (
      lambda p: p.spec.scheduling.kueue and p.spec.scheduling.kueue.priority_class),
     ("spec.scheduling.kai.queue", lambda p: p.spec.scheduling.kai_queue),
     ("spec.scheduling.schedulerName", lambda p: p.spec.scheduling.scheduler_name),
-    ("spec.topology", lambda p: p.spec.topology.model_dump(by_alias=True) if p.spec.topology else None),
+    ("spec.topology", lambda p: p.spec.topology.effective() if p.spec.topology else None),
     ("spec.defaults.activeDeadlineSeconds", lambda p: p.spec.defaults.active_deadline_seconds),
     ("spec.defaults.nodeSelector", lambda p: p.spec.defaults.node_selector or None),
     ("spec.defaults.tolerations", lambda p: list(p.spec.defaults.tolerations) if p.spec.defaults.tolerations else None),

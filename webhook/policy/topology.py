@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainguard.webhook.policy.policy_model import Topology, TopologyLevel
+from trainguard.webhook.api.views import PolicyTopology, TopologyLevel
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
@@ -109,7 +109,7 @@ class Hints:
     job_annotations: dict[str, str]
 
 
-def hints(placement: Placement, topology: Topology) -> Hints:
+def hints(placement: Placement, topology: PolicyTopology) -> Hints:
     required = topology.placement == "Required"
     pod: dict[str, str] = {}
     job: dict[str, str] = {}

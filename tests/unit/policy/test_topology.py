@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policy_helpers import GPU_LEVELS
-from trainguard.webhook.policy.policy_model import Topology, TopologyLevel
+from trainguard.webhook.api.views import PolicyTopology
 from trainguard.webhook.policy.topology import (
     KAI_PREFERRED,
     KAI_REQUIRED,
@@ -21,7 +21,9 @@ from trainguard.webhook.policy.topology import (
     place,
 )
 
-LEVELS = tuple(TopologyLevel(node_label=lv["nodeLabel"], gpus_per_domain=lv["gpusPerDomain"]) for lv in GPU_LEVELS)
+# Levels as the rules get them: read through the policy view of a topology that lists GPU_LEVELS.
+LEVELS = PolicyTopology({"levels": GPU_LEVELS}).levels
+TARGETS = {("Kueue",): "Kueue", ("KAI",): "KAI", ("Kueue", "KAI"): "Both"}  # the schedulers each spec.topology.target names
 HOST, CLIQUE, BLOCK, ZONE = (lv.node_label for lv in LEVELS)
 
 
@@ -81,7 +83,9 @@ def test_no_gpus_no_hint():
     ],
 )
 def test_annotations_per_target(placement_mode, target, pod, job):
-    topology = Topology(placement=placement_mode, schedulers=target, kai_topology="gpu-topology", levels=LEVELS)
+    topology = PolicyTopology({"placement": placement_mode, "target": TARGETS[target], "kaiTopology": "gpu-topology",
+                               "levels": GPU_LEVELS})
+    assert topology.schedulers == target
     written = hints(place(JobShape(128, 8, 1024), LEVELS), topology)
     assert written.pod_annotations == pod
     assert written.job_annotations == job

@@ -24,13 +24,17 @@ marks the job ``TrainingRuntimeNotSupported``.
 
 One module per kind: ``base`` (``resolve``, ``View``, ``Meta``, ``KubeObject``), ``jobset`` (the JobSet template down
 to containers), ``runtime``, ``trainjob``, ``dataset_cache`` (``DatasetCache``, its ``CacheSource`` and
-``CacheStatus``).
+``CacheStatus``), ``policy`` (``TrainJobPolicy``, its defaulted ``PolicySpec`` down to topology levels and label
+selectors).
 """
 
 from trainguard.webhook.api.views.base import EMPTY, KubeObject, Meta, View, resolve
 from trainguard.webhook.api.views.dataset_cache import CacheSource, CacheStatus, DatasetCache
 from trainguard.webhook.api.views.jobset import (
     Container, JobSetTemplate, ReplicatedJob, iter_pod_specs, job_ancestor, patch_template, replicated_jobs,
+)
+from trainguard.webhook.api.views.policy import (
+    LabelSelector, PolicySpec, PolicyTopology, TopologyLevel, TrainJobPolicy,
 )
 from trainguard.webhook.api.views.runtime import Runtime
 from trainguard.webhook.api.views.trainjob import RuntimeRef, TrainJob, Trainer
@@ -43,11 +47,16 @@ __all__ = [
     "EMPTY",
     "JobSetTemplate",
     "KubeObject",
+    "LabelSelector",
     "Meta",
+    "PolicySpec",
+    "PolicyTopology",
     "ReplicatedJob",
     "Runtime",
     "RuntimeRef",
+    "TopologyLevel",
     "TrainJob",
+    "TrainJobPolicy",
     "Trainer",
     "View",
     "iter_pod_specs",

@@ -9,9 +9,10 @@ or null field alike, so a policy read from a file (``render``, not defaulted by 
 policy means in a cluster. Lists read as tuples (empty when absent) and optional settings as None, the shapes the
 rules test with ``is None`` and ``in``.
 
-A policy's views are compared by value where the rules compare policies: two selectors are equal when they select
-alike (null and absent fields are the same field), two topologies when their defaulted settings are
-(``PolicyTopology.effective``).
+Like every view, this one assumes the shapes the door has checked (``dict.get`` chains below a section); a whole
+section of the wrong type reads as absent. Where the rules compare policies, the views compare by value: two label
+selectors are equal when they select alike (a null field is an absent field), two topologies when their defaulted
+settings are (``PolicyTopology.effective``).
 """
 
 from __future__ import annotations
@@ -313,7 +314,7 @@ class TrainJobPolicy(KubeObject):
 
     @property
     def name(self) -> str:
-        return str(_at2(self.raw, "metadata", "name") or "")
+        return str(self.metadata.name or "")
 
     @property
     def spec(self) -> PolicySpec:  # type: ignore[override]
