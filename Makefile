@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup tools test test-unit test-integration test-node demo cluster-up cluster-down crds verify-crds lock bench clean
+.PHONY: help setup tools torch-env test test-unit test-integration test-node demo cluster-up cluster-down crds verify-crds lock bench clean
 
 help:
 	@echo "make demo         a simulated GPU cluster with Kueue and the JobSet controller: trainguard end to end"
@@ -32,7 +32,13 @@ setup: $(STAMP)
 tools:
 	hack/build-tools.sh all
 
-test: setup tools
+# torch (its CUDA build, about 5.7 GB), for the one test that runs Shard.torch() for real
+# (tests/unit/cache/test_torch_zero_copy.py): a hash-checked environment in ~/.cache/trainguard/torch/, built when
+# missing. Only `make test` needs it; `make test-unit` never downloads it.
+torch-env:
+	hack/torch-env.sh build
+
+test: setup tools torch-env
 	$(PY) -m pytest -m "not node"
 
 test-unit: setup

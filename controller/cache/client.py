@@ -103,7 +103,12 @@ class Shard:
         writable: writing to the tensor would fault, so treat it as read-only."""
         import torch  # optional dependency, imported only here
 
-        return torch.frombuffer(self.view, dtype=dtype or torch.uint8)
+        # torch.frombuffer keeps a reference to the object it is given but releases the buffer export at once, so
+        # over self.view the tensor would not keep the pages: close() releases self.view, the mapping has no export
+        # left, unmaps, and the next read of the tensor is a segfault. A memoryview of its own shares self.view's
+        # export of the mapping and lives as long as the tensor, so close() leaves the mapping to it (as numpy's
+        # array does with the view it makes).
+        return torch.frombuffer(memoryview(self.view), dtype=dtype or torch.uint8)
 
     def close(self) -> None:
         """Unmap, unless numpy/torch views still reference the pages (then the mapping lives until they go)."""
