@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -39,8 +38,10 @@ from pydantic import ValidationError
 from trainguard.cache.report import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
 from trainguard.webhook.api.apimachinery import controller_reference, format_time
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION
-from trainguard.webhook.api.quantity import QuantityError, parse_quantity
-from trainguard.webhook.api.trainguard import DatasetCache
+from trainguard.webhook.api.quantity import QuantityError
+from trainguard.webhook.api.trainguard import DatasetCache as DatasetCacheModel
+from trainguard.webhook.api.views import CacheSource, CacheStatus, KubeObject
+from trainguard.webhook.api.views import DatasetCache as DatasetCacheView
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
 from trainguard.webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
@@ -65,81 +66,52 @@ class SourceNotAllowed(DatasetCacheSpecError):
     and what is allowed."""
 
 
-@dataclass(frozen=True)
-class CacheSource:
-    """Where the shards live on the node: exactly one of a hostPath directory or a PVC, plus a sub-path."""
+def buildable_cache(cache: Any) -> DatasetCacheView:
+    """The view of DatasetCache ``cache`` (the ``trainguard.webhook.api.trainguard.DatasetCache`` model, or its wire
+    dict) once it is known to make a DaemonSet; raises ``DatasetCacheSpecError`` naming the field that prevents one.
 
-    host_path: str | None
-    claim_name: str | None
-    sub_path: str
-    shard_glob: str
-
-
-@dataclass(frozen=True)
-class CacheSpec:
-    """The fields of a DatasetCache the agent DaemonSet depends on, parsed once."""
-
-    name: str
-    namespace: str
-    uid: str
-    api_version: str
-    source: CacheSource
-    memory_budget_bytes: int
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[dict, ...] = ()
-    priority_class_name: str | None = None
-
-
-def cache_spec(cache: Any) -> CacheSpec:
-    """Parse a DatasetCache (the ``trainguard.webhook.api.trainguard.DatasetCache`` model, or its wire dict) into
-    ``CacheSpec``; raise ``DatasetCacheSpecError`` naming the field that prevents a DaemonSet.
+    The pydantic model is the door (a type or shape the CRD schema refuses is refused here too, by a builder that
+    may run on an object no apiserver validated); then what the schema cannot say: name and namespace, exactly one
+    source, a clean hostPath, no ``..`` in the PVC's sub-path or the glob, a positive budget. The builders read the
+    wire dict through the view only after this.
     """
-    try:
-        model = cache if isinstance(cache, DatasetCache) else DatasetCache.parse(cache)
-    except ValidationError as exc:
-        raise DatasetCacheSpecError(f"not a valid DatasetCache: {exc}") from exc
-    meta = model.metadata
-    name, namespace = (meta.name if meta else None), (meta.namespace if meta else None)
-    if not name or not namespace:
-        raise DatasetCacheSpecError("metadata.name and metadata.namespace are required")
-    source = model.spec.source
-    host_path = source.host_path.path if source.host_path else None
-    pvc = source.persistent_volume_claim
-    if bool(host_path) == bool(pvc):
-        raise DatasetCacheSpecError("spec.source: exactly one of hostPath or persistentVolumeClaim must be set")
-    if host_path:
+    if isinstance(cache, DatasetCacheModel):
+        wire = cache.dump()
+    else:
         try:
-            # Mounted as cleaned, the form the source check compares; '..' is refused, never resolved.
-            host_path = clean_host_path(host_path)
-        except UncleanPath as exc:
-            raise DatasetCacheSpecError(f"spec.source.hostPath.path: {host_path!r} {exc}") from exc
-    sub_path = ((pvc.path if pvc else None) or "").strip("/")
-    if ".." in sub_path.split("/"):
-        raise DatasetCacheSpecError(f"spec.source.persistentVolumeClaim.path: {sub_path!r} must not contain '..'")
+            DatasetCacheModel.parse(cache)
+        except ValidationError as exc:
+            raise DatasetCacheSpecError(f"not a valid DatasetCache: {exc}") from exc
+        wire = cache
+    view = DatasetCacheView(wire)
+    if not view.metadata.name or not view.metadata.namespace:
+        raise DatasetCacheSpecError("metadata.name and metadata.namespace are required")
+    source = view.source
+    if bool(source.host_path) == source.has_claim:
+        raise DatasetCacheSpecError("spec.source: exactly one of hostPath or persistentVolumeClaim must be set")
+    if source.host_path:
+        _mounted_host_path(source)
+    if ".." in source.sub_path.split("/"):
+        raise DatasetCacheSpecError(
+            f"spec.source.persistentVolumeClaim.path: {source.sub_path!r} must not contain '..'")
     if source.shards.startswith("/") or ".." in source.shards:
         raise DatasetCacheSpecError(f"spec.source.shards: {source.shards!r} must be a relative glob without '..'")
     try:
-        budget = parse_quantity(model.spec.memory_budget).value()
+        budget = view.memory_budget_bytes
     except QuantityError as exc:
-        raise DatasetCacheSpecError(f"spec.memoryBudget: {exc}") from exc
+        raise DatasetCacheSpecError(str(exc)) from exc  # names spec.memoryBudget
     if budget <= 0:
         raise DatasetCacheSpecError("spec.memoryBudget must be greater than zero")
-    return CacheSpec(
-        name=name,
-        namespace=namespace,
-        uid=(meta.uid if meta else None) or "",
-        api_version=model.api_version or TRAINGUARD_API_VERSION,
-        source=CacheSource(
-            host_path=host_path,
-            claim_name=pvc.claim_name if pvc else None,
-            sub_path=sub_path,
-            shard_glob=source.shards,
-        ),
-        memory_budget_bytes=budget,
-        node_selector=dict(model.spec.node_selector or {}),
-        tolerations=tuple(t.dump() for t in model.spec.tolerations or ()),
-        priority_class_name=model.spec.priority_class_name or None,
-    )
+    return view
+
+
+def _mounted_host_path(source: CacheSource) -> str:
+    """The hostPath as mounted: cleaned, the form the admin's source check compares; ``..`` is refused, never
+    resolved. One function for the check in ``buildable_cache`` and the volume, so what is checked is mounted."""
+    try:
+        return clean_host_path(source.host_path)
+    except UncleanPath as exc:
+        raise DatasetCacheSpecError(f"spec.source.hostPath.path: {source.host_path!r} {exc}") from exc
 
 
 def agent_name(cache_name: str) -> str:
@@ -166,38 +138,40 @@ def build_daemonset(
     agent pods are created by the controller, not the user, so this check is what keeps a namespace user's
     DatasetCache from mounting an arbitrary node directory past Pod Security.
     """
-    spec = cache_spec(cache)
-    refused = source_errors(cache if isinstance(cache, Mapping) else cache.dump(), sources)
+    view = buildable_cache(cache)
+    refused = source_errors(view.raw, sources)
     if refused:
         raise SourceNotAllowed(aggregate(refused))
-    name = agent_name(spec.name)
-    labels = selector_labels(spec.name)
-    memory = str(spec.memory_budget_bytes + AGENT_OVERHEAD_BYTES)
-    root = DATA_MOUNT_PATH + (f"/{spec.source.sub_path}" if spec.source.sub_path else "")
+    cache_name, namespace, source = view.metadata.name, view.metadata.namespace, view.source
+    budget = view.memory_budget_bytes
+    name = agent_name(cache_name)
+    labels = selector_labels(cache_name)
+    memory = str(budget + AGENT_OVERHEAD_BYTES)
+    root = DATA_MOUNT_PATH + (f"/{source.sub_path}" if source.sub_path else "")
     args = [
         "cache-agent",
         f"--root={root}",
-        f"--glob={spec.source.shard_glob}",
+        f"--glob={source.shards}",
         f"--socket={SOCKET_DIR_IN_POD}/{SOCKET_FILENAME}",
-        f"--memory-budget={spec.memory_budget_bytes}",
+        f"--memory-budget={budget}",
         f"--http-port={AGENT_HTTP_PORT}",
-        f"--dataset={spec.name}",
+        f"--dataset={cache_name}",
         f"--socket-group={SOCKET_GROUP_ID}",  # socket 0660 of this group; only peers in it are served
     ]
     if report_to_pod:
         args.append("--report-to-pod")
     # The data source is mounted read-only: type Directory (never created, never a file or socket), and the mount
     # below is recursively read-only where the runtime supports it, so submounts under the root stay read-only too.
-    if spec.source.host_path:
-        data_volume = {"name": "data", "hostPath": {"path": spec.source.host_path, "type": "Directory"}}
+    if source.host_path:
+        data_volume = {"name": "data", "hostPath": {"path": _mounted_host_path(source), "type": "Directory"}}
     else:
         data_volume = {
             "name": "data",
-            "persistentVolumeClaim": {"claimName": spec.source.claim_name, "readOnly": True},
+            "persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True},
         }
     socket_volume = {
         "name": "socket",
-        "hostPath": {"path": socket_host_directory(spec.namespace, spec.name), "type": "DirectoryOrCreate"},
+        "hostPath": {"path": socket_host_directory(namespace, cache_name), "type": "DirectoryOrCreate"},
     }
     agent = {
         "name": "agent",
@@ -258,7 +232,9 @@ def build_daemonset(
             "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
         },
     }
-    tolerations = [GPU_TOLERATION] + [t for t in spec.tolerations if t != GPU_TOLERATION]
+    # Copies (a toleration's fields are all scalars): the DaemonSet is the caller's to change, the cache and
+    # GPU_TOLERATION are not.
+    tolerations = [dict(GPU_TOLERATION)] + [dict(t) for t in view.tolerations if t != GPU_TOLERATION]
     pod_spec: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": report_to_pod,
@@ -270,18 +246,18 @@ def build_daemonset(
         "tolerations": tolerations,
         "terminationGracePeriodSeconds": 10,
     }
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
+    if view.node_selector:
+        pod_spec["nodeSelector"] = dict(view.node_selector)
+    if view.priority_class_name:
+        pod_spec["priorityClassName"] = view.priority_class_name
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {
             "name": name,
-            "namespace": spec.namespace,
+            "namespace": namespace,
             "labels": dict(labels),
-            "ownerReferences": [_owner_reference(spec)],
+            "ownerReferences": [_owner_reference(view)],
         },
         "spec": {
             "selector": {"matchLabels": dict(labels)},
@@ -297,14 +273,14 @@ def build_agent_rbac(cache: Any) -> list[dict]:
     The Role is wider than the need; ``cache_agent_policy`` confines every ``trainguard-cache-*``
     ServiceAccount to its own Pod's report annotations (see the module docstring).
     """
-    spec = cache_spec(cache)
-    name = agent_name(spec.name)
-    labels = selector_labels(spec.name)
+    view = buildable_cache(cache)
+    name = agent_name(view.metadata.name)
+    labels = selector_labels(view.metadata.name)
     meta = {
         "name": name,
-        "namespace": spec.namespace,
+        "namespace": view.metadata.namespace,
         "labels": dict(labels),
-        "ownerReferences": [_owner_reference(spec)],
+        "ownerReferences": [_owner_reference(view)],
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
@@ -323,7 +299,7 @@ def build_agent_rbac(cache: Any) -> list[dict]:
             "kind": "RoleBinding",
             "metadata": dict(meta),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": spec.namespace}],
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": view.metadata.namespace}],
         },
     ]
 
@@ -343,21 +319,22 @@ def compute_status(
     pass a namespace-wide list. The Ready condition keeps its ``lastTransitionTime`` from ``previous`` unless its
     status changed.
     """
-    spec = cache_spec(cache)
-    wanted = selector_labels(spec.name)
-    desired = int(((daemonset or {}).get("status") or {}).get("desiredNumberScheduled") or 0)
+    view = buildable_cache(cache)
+    wanted = selector_labels(view.metadata.name)
+    desired = int(KubeObject(daemonset).status.get("desiredNumberScheduled") or 0)
     ready_nodes = 0
     resident = 0
     unreported = 0
     shard_counts: list[int] = []
     for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        agent = KubeObject(pod)
+        labels = agent.metadata.labels
         if any(labels.get(k) != v for k, v in wanted.items()):
             continue
-        if not _pod_ready(pod):
+        if not _pod_ready(agent):
             continue
         ready_nodes += 1
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = agent.metadata.annotations
         try:
             resident += max(0, int(annotations.get(ANNOTATION_BYTES_RESIDENT)))
         except (TypeError, ValueError):
@@ -375,12 +352,8 @@ def compute_status(
         message = f"{ready_nodes}/{desired} nodes have the warm set resident"
     if unreported:
         message += f"; {unreported} ready agent(s) have not reported bytes resident yet"
-    transition = format_time(now)
-    for old in (previous or {}).get("conditions") or []:
-        if old.get("type") == "Ready" and old.get("status") == cond_status and old.get("lastTransitionTime"):
-            transition = old["lastTransitionTime"]
-    model = cache if isinstance(cache, DatasetCache) else DatasetCache.parse(cache)
-    generation = model.metadata.generation if model.metadata else None
+    transition = kept_transition_time(previous, cond_status, now)
+    generation = view.metadata.generation
     status: dict[str, Any] = {
         "nodesDesired": desired,
         "nodesReady": ready_nodes,
@@ -402,15 +375,26 @@ def compute_status(
     return status
 
 
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
+def kept_transition_time(previous: Mapping[str, Any] | None, cond_status: str, now: datetime) -> str:
+    """``lastTransitionTime`` of the new Ready condition: the previous status's, while Ready keeps its status;
+    ``now`` when it flips or there was none."""
+    old = CacheStatus(previous).ready_condition
+    if old.get("status") == cond_status and old.get("lastTransitionTime"):
+        return old["lastTransitionTime"]
+    return format_time(now)
+
+
+def _pod_ready(pod: KubeObject) -> bool:
+    for cond in pod.status.get("conditions") or []:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
 
 
-def _owner_reference(spec: CacheSpec) -> dict:
-    return controller_reference(spec.api_version, DATASET_CACHE_KIND, {"metadata": {"name": spec.name, "uid": spec.uid}})
+def _owner_reference(view: DatasetCacheView) -> dict:
+    meta = view.metadata
+    return controller_reference(view.api_version or TRAINGUARD_API_VERSION, DATASET_CACHE_KIND,
+                                {"metadata": {"name": meta.name, "uid": meta.uid}})
 
 
 def _bounded(text: str, limit: int) -> str:

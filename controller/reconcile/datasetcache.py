@@ -32,12 +32,14 @@ from trainguard.controller.reconcile.cache_daemonset import (
     build_agent_rbac,
     build_daemonset,
     compute_status,
+    kept_transition_time,
 )
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import GateReleaser
 from trainguard.controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
-from trainguard.webhook.api.apimachinery import controller_owner, format_time
+from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION, TRAINGUARD_GROUP
+from trainguard.webhook.api.views import CacheStatus, DatasetCache
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import NotFound
@@ -53,23 +55,15 @@ def refused_status(cache: Mapping[str, Any], message: str, *, now: datetime,
                    previous: Mapping[str, Any] | None = None) -> dict:
     """``status`` of a DatasetCache whose source the admin does not allow: nothing desired, nothing ready, and a
     Ready=False condition that says why (its ``lastTransitionTime`` kept while Ready stays False)."""
-    transition = format_time(now)
-    for old in (previous or {}).get("conditions") or []:
-        if old.get("type") == "Ready" and old.get("status") == "False" and old.get("lastTransitionTime"):
-            transition = old["lastTransitionTime"]
     status: dict[str, Any] = {
         "nodesDesired": 0, "nodesReady": 0, "bytesResident": 0,
         "conditions": [{"type": "Ready", "status": "False", "reason": REASON_SOURCE_NOT_ALLOWED,
-                        "message": message, "lastTransitionTime": transition}],
+                        "message": message, "lastTransitionTime": kept_transition_time(previous, "False", now)}],
     }
-    generation = (cache.get("metadata") or {}).get("generation")
+    generation = DatasetCache(cache).metadata.generation
     if generation is not None:
         status["observedGeneration"] = generation
     return status
-
-
-def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
 
 
 class DatasetCacheReconciler:
@@ -106,7 +100,7 @@ class DatasetCacheReconciler:
 
     async def reconcile(self, namespace: str, name: str) -> Result:
         cache = self._caches.get(name, namespace)
-        if cache is None or (cache.get("metadata") or {}).get("deletionTimestamp"):
+        if cache is None or DatasetCache(cache).metadata.deletion_timestamp:
             if self._gates is not None:
                 await self._gates.reconcile(namespace, name, cache)
             return Result()
@@ -134,7 +128,7 @@ class DatasetCacheReconciler:
         # response only if the DaemonSet controller wrote since; either converges on the next event).
         daemonset = self._daemonsets.get(agent_name(name), namespace) or daemonset
         pods = [pod for (ns, _), pod in self._pods.items() if ns == namespace]
-        previous = cache.get("status") or {}
+        previous = DatasetCache(cache).status
         new_status = compute_status(cache, daemonset, pods, now=self._now(), previous=previous)
         await self._write_status(cache, previous, new_status)
         if self._gates is not None:
@@ -143,11 +137,12 @@ class DatasetCacheReconciler:
 
     async def _write_status(self, cache: Object, previous: Mapping[str, Any], new_status: Object) -> None:
         if new_status != previous:
-            meta = cache["metadata"]
+            meta = DatasetCache(cache).metadata
+            # resourceVersion makes the write conditional: a cache changed since it was read gets a conflict.
             await self._kube.merge_patch(
-                DATASET_CACHES, meta["name"], {"metadata": {"resourceVersion": meta.get("resourceVersion")},
-                                               "status": new_status},
-                meta["namespace"], subresource="status", field_manager=FIELD_MANAGER)
+                DATASET_CACHES, meta.name, {"metadata": {"resourceVersion": meta.resource_version or None},
+                                            "status": new_status},
+                meta.namespace, subresource="status", field_manager=FIELD_MANAGER)
 
     async def _refuse(self, namespace: str, name: str, cache: Object, message: str) -> Object:
         """No agents for a source the admin does not allow: delete the DaemonSet this cache owns, say why."""
@@ -160,10 +155,10 @@ class DatasetCacheReconciler:
             except NotFound:
                 pass
         note = f"no cache agents run for this source: {message}"
-        previous = cache.get("status") or {}
+        previous = DatasetCache(cache).status
         new_status = refused_status(cache, note, now=self._now(), previous=previous)
         await self._write_status(cache, previous, new_status)
-        if deleted or _ready_condition(previous).get("message") != note:
+        if deleted or CacheStatus(previous).ready_condition.get("message") != note:
             if deleted:
                 note += f"; the agent DaemonSet {agent_name(name)} was deleted"
             await self._events.record(cache, "Warning", REASON_SOURCE_NOT_ALLOWED, note)

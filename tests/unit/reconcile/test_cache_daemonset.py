@@ -138,6 +138,8 @@ def test_report_to_pod_off_drops_the_token() -> None:
         (lambda c: c["spec"]["source"].update(hostPath={"path": "relative"}), "absolute"),
         (lambda c: c["spec"]["source"].update(hostPath={"path": "/mnt/datasets/../../etc"}), r"'\.\.'"),
         (lambda c: c["spec"]["source"].update(shards="../*"), "relative glob"),
+        (lambda c: c["spec"].update(source={"persistentVolumeClaim": {"claimName": "d", "path": "a/../../b"},
+                                            "shards": "*"}), r"persistentVolumeClaim\.path: 'a/\.\./\.\./b'"),
         (lambda c: c["metadata"].pop("namespace"), "namespace"),
         (lambda c: c["spec"].pop("memoryBudget"), "DatasetCache"),
     ],
@@ -147,6 +149,29 @@ def test_unbuildable_caches_are_refused(mutate: Any, message: str) -> None:
     mutate(wire)
     with pytest.raises(DatasetCacheSpecError, match=message):
         build_daemonset(wire, image="img", sources=ALLOWED)
+
+
+@pytest.mark.parametrize("source, message", [
+    ({"hostPath": {"path": "/mnt/datasets/../../etc"}, "shards": "*"}, r"hostPath\.path: .*'\.\.'"),
+    ({"persistentVolumeClaim": {"claimName": "d", "path": "../x"}, "shards": "*"}, r"persistentVolumeClaim\.path"),
+], ids=["host-dotdot", "pvc-dotdot"])
+def test_every_builder_refuses_an_unbuildable_cache(source: dict, message: str) -> None:
+    """The RBAC and the status are built from the same checked view as the DaemonSet (no admin setting involved)."""
+    for build in (build_agent_rbac, lambda c: compute_status(c, None, [], now=NOW)):
+        with pytest.raises(DatasetCacheSpecError, match=message):
+            build(cache(source=source))
+
+
+def test_the_daemonset_shares_no_dict_with_the_cache() -> None:
+    """The caller may edit the DaemonSet (apply, tests); the cache it came from stays as read."""
+    wire = cache(nodeSelector={"a": "b"}, tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    before = copy.deepcopy(wire)
+    ds = build_daemonset(wire, image="img", sources=ALLOWED)
+    for toleration in pod_spec(ds)["tolerations"]:
+        toleration["effect"] = "NoExecute"
+    pod_spec(ds)["nodeSelector"]["a"] = "changed"
+    assert wire == before
+    assert GPU_TOLERATION == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}  # nor the module
 
 
 # --- the data volume under the admin's source setting (issue 10) ---------------------------------------------------
