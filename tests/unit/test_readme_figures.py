@@ -74,6 +74,26 @@ def cpu_per_create(config: str) -> list[float]:
     return [sum(v for k, v in c.items() if k != "bench client") for name, c in cells.items() if name.startswith(config + "/")]
 
 
+def rehearsal(command: str | None, key: str) -> Callable[[], float]:
+    """A figure of the stored CI rehearsal (hack/rehearse.py: `bash .ci/run` on a clean clone): ``key`` of one
+    command's pytest summary (``passed``, ``seconds``, ...), or of the whole run when ``command`` is None
+    (``wall_seconds``). Only a passing rehearsal that ran (not one parsed from a log with --log) backs a figure."""
+    def get() -> float:
+        run = stored("ci_rehearsal")
+        assert run["source"] == "run" and run["ok"], (
+            f"bench/results/ci_rehearsal.json is not a passing rehearsal: {run['source']}, {run['problems']}")
+        if command is None:
+            return run[key]
+        return next(c[key] for c in run["commands"] if c["name"] == command)
+    return get
+
+
+def clock(seconds: Callable[[], float]) -> list[Callable[[], float]]:
+    """A duration as the README prints it, ``M min SS s``: the minutes and seconds of the rounded total, as
+    hack/rehearse.py's .md writes them (so 1439.6 s is 24 min 00 s, not 23 min 60 s)."""
+    return [lambda: divmod(round(seconds()), 60)[0], lambda: divmod(round(seconds()), 60)[1]]
+
+
 KB, MB = 1000, 1000 * 1000
 
 # (README text with each figure as a group, the stored values in the same order, scaled to the README's unit)
@@ -135,13 +155,18 @@ def decimals(text: str) -> int:
     return len(text.partition(".")[2])
 
 
+def is_backed(printed: str, value: float) -> bool:
+    """Within half a unit of the printed figure's last place (``2,927``: thousands separators are not decimals)."""
+    return abs(float(printed.replace(",", "")) - value) <= 0.5 * 10 ** -decimals(printed) + 1e-9
+
+
 @pytest.mark.parametrize("pattern, values", FIGURES, ids=[p[:48] for p, _ in FIGURES])
 def test_readme_figure_is_the_stored_result(pattern: str, values: list[Callable[[], float]]) -> None:
     found = re.search(pattern, readme())
     assert found, f"README.md no longer says {pattern!r}: update this table with the README"
     for printed, value in zip(found.groups(), values, strict=True):
         want = value()
-        assert abs(float(printed) - want) <= 0.5 * 10 ** -decimals(printed) + 1e-9, (
+        assert is_backed(printed, want), (
             f"README.md prints {printed} where bench/results holds {want}: {found.group(0)!r}")
 
 
@@ -150,4 +175,41 @@ def test_readme_figure_is_the_stored_result(pattern: str, values: list[Callable[
     ("0.78", 0.77, False), ("26.5", 26.473386, True), ("26.4", 26.473386, False),
 ])
 def test_a_figure_is_backed_within_its_printed_precision(printed: str, stored_value: float, backed: bool) -> None:
-    assert (abs(float(printed) - stored_value) <= 0.5 * 10 ** -decimals(printed) + 1e-9) is backed
+    assert is_backed(printed, stored_value) is backed
+
+
+REHEARSAL = {
+    "source": "run", "ok": True, "problems": [], "wall_seconds": 1809.4,
+    # by name, not position (and not by prefix: "make test" is the start of "make test-node")
+    "commands": [{"name": "make test-node", "passed": 7, "seconds": 1439.6},
+                 {"name": "make test", "passed": 2927, "seconds": 1437.21}],
+}
+
+
+@pytest.mark.parametrize("command, key, figures, want", [
+    ("make test", "passed", None, 2927),
+    ("make test", "seconds", "clock", [23, 57]),
+    ("make test-node", "passed", None, 7),
+    ("make test-node", "seconds", "clock", [24, 0]),  # 1439.6 s prints as 24 min 00 s
+    (None, "wall_seconds", "clock", [30, 9]),
+])
+def test_the_rehearsal_getters_read_ci_rehearsal_json(monkeypatch: pytest.MonkeyPatch, command: str | None,
+                                                      key: str, figures: str | None, want: Any) -> None:
+    monkeypatch.setattr(f"{__name__}.stored", lambda name: REHEARSAL if name == "ci_rehearsal" else pytest.fail(name))
+    getter = rehearsal(command, key)
+    assert ([g() for g in clock(getter)] if figures == "clock" else getter()) == want
+
+
+@pytest.mark.parametrize("change", [{"ok": False, "problems": ["bash .ci/run exited 2"]}, {"source": "log"}])
+def test_only_a_passing_rehearsal_backs_a_figure(monkeypatch: pytest.MonkeyPatch, change: dict[str, Any]) -> None:
+    monkeypatch.setattr(f"{__name__}.stored", lambda name: {**REHEARSAL, **change})
+    with pytest.raises(AssertionError, match="not a passing rehearsal"):
+        rehearsal("make test", "passed")()
+
+
+@pytest.mark.parametrize("printed, stored_value, backed", [
+    ("2,927", 2927, True), ("2,927", 2928, False), ("2,927", 2.927, False), ("1,149", 1149.4, True),
+])
+def test_a_figure_with_thousands_separators_is_compared_as_a_number(printed: str, stored_value: float,
+                                                                     backed: bool) -> None:
+    assert is_backed(printed, stored_value) is backed

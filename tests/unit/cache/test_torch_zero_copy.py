@@ -94,7 +94,8 @@ with warnings.catch_warnings(record=True) as caught:
         del t
 
     # reading every element maps the file's pages; only a copy adds anonymous memory
-    torch.ones(4096, dtype=torch.uint8).sum()  # the first reduction's own allocations, out of the measure
+    # the first reduction big enough to be split over threads starts the pool (stacks, arenas): out of the measure
+    torch.ones(1 << 22, dtype=torch.uint8).sum(dtype=torch.int64)
     with client.open("big.bin") as shard:
         t = shard.torch()
         anon, files = status_kib("RssAnon"), status_kib("RssFile")

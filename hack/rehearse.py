@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""A CI rehearsal whose figures are stored: ``bash .ci/run`` on a clean clone of HEAD, its pytest summaries kept.
+
+The README's suite size and durations (``make test``: N passed in M min S s; ``make test-node``: ...; the wall time of
+the whole run) are read from ``bench/results/ci_rehearsal.json``, which this writes, not from a commit message.
+
+    hack/rehearse.py                  clone HEAD into a temp directory, run `bash .ci/run` there (about 30 minutes;
+                                      root, as .ci/run's make test-node needs), stream its output to a log, write
+                                      bench/results/ci_rehearsal.{json,md}
+    hack/rehearse.py --log FILE       parse an existing log instead (no run: commit, wall time and exit code are
+                                      what the options say, the result is marked "source": "log")
+    --out PREFIX                      where the .json and .md go (default bench/results/ci_rehearsal)
+
+Only committed work is rehearsed (``git clone`` of HEAD): a dirty tree is not what CI would run. The pytest summary
+lines (``=== 2927 passed, 12 deselected in 1437.21s (0:23:57) ===``) are taken in order: the first is ``make test``,
+the second ``make test-node`` (.ci/run runs them in that order under ``set -e``, so a failing ``make test`` leaves
+one summary, or none when it failed before pytest). A failed run still writes its result, the failure recorded, and
+exits non-zero with a message; so does a run that exits 0 with fewer summaries than commands, or with failures in
+them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ("make test", "make test-node")  # .ci/run's order: the n-th pytest summary is the n-th command's
+COUNTED = ("passed", "failed", "errors", "skipped", "deselected", "xfailed", "xpassed", "warnings")
+# pytest's words for a count, singular or plural, to the key it is stored under (any other word: not a summary)
+WORDS = {**{k: k for k in COUNTED}, "error": "errors", "warning": "warnings", "rerun": "reruns", "reruns": "reruns"}
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# ==== 3 failed, 2920 passed, 12 deselected, 5 warnings, 2 errors in 1437.21s (0:23:57) ====
+SUMMARY = re.compile(r"^=+ (?P<counts>.+?) in (?P<seconds>\d+(?:\.\d+)?)s(?: \((?P<hms>\d+:\d{2}:\d{2})\))? =+$")
+COUNT = re.compile(r"^(?P<n>\d+) (?P<word>[a-z]+)$")
+TAIL_LINES = 40
+
+
+def parse_summary(line: str) -> dict[str, Any] | None:
+    """The counts and duration of one pytest summary line, or None when the line is not one.
+
+    Every key of COUNTED is present (0 when pytest did not print it); ``seconds`` is pytest's own float (the
+    ``(h:mm:ss)`` pytest adds past a minute is its rounding and must agree with it). A line like a summary whose
+    parts are not all ``<n> <one of pytest's words>`` (a test's own output) is not one.
+    """
+    found = SUMMARY.match(ANSI.sub("", line).strip())
+    if not found:
+        return None
+    result: dict[str, Any] = dict.fromkeys(COUNTED, 0)
+    body = found["counts"]
+    if body != "no tests ran":
+        for part in body.split(", "):
+            count = COUNT.match(part)
+            if not count or count["word"] not in WORDS:
+                return None
+            word = WORDS[count["word"]]
+            result[word] = result.get(word, 0) + int(count["n"])
+    result["seconds"] = float(found["seconds"])
+    if found["hms"]:
+        h, m, s = (int(x) for x in found["hms"].split(":"))
+        if abs(h * 3600 + m * 60 + s - result["seconds"]) > 1:
+            raise ValueError(f"pytest's summary disagrees with itself: {line.strip()!r}")
+    result["summary"] = ANSI.sub("", line).strip().strip("= ")
+    return result
+
+
+def summaries(lines: Iterable[str]) -> list[dict[str, Any]]:
+    return [s for s in map(parse_summary, lines) if s is not None]
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def run_ci(clone: Path, log: TextIO) -> tuple[int, list[float]]:
+    """``bash .ci/run`` in ``clone``, every output line written to ``log`` as it comes; (exit code, the offset in
+    seconds from the start at which each pytest summary line appeared)."""
+    start = time.monotonic()
+    at: list[float] = []
+    proc = subprocess.Popen(["bash", ".ci/run"], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if SUMMARY.match(ANSI.sub("", line).strip()):
+                at.append(round(time.monotonic() - start, 1))
+        return proc.wait(), at
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)  # .ci/run's whole process group: make, pytest, the clusters it started
+        proc.wait()
+        log.write("\nrehearse: interrupted\n")
+        return 130, at
+
+
+def result_of(lines: list[str], *, source: str, commit: str, started: str, finished: str | None,
+              load_start: list[float] | None, load_end: list[float] | None, wall: float | None,
+              exit_code: int | None, at: list[float] | None = None, log: str | None = None) -> dict[str, Any]:
+    found = summaries(lines)
+    commands = []
+    for i, name in enumerate(COMMANDS):
+        entry: dict[str, Any] = {"name": name, "ran": i < len(found)}
+        if i < len(found):
+            entry.update(found[i])
+            if at and i < len(at):
+                entry["finished_at_seconds"] = at[i]
+        commands.append(entry)
+    problems = []
+    if exit_code not in (0, None):
+        problems.append(f"bash .ci/run exited {exit_code}")
+    if len(found) > len(COMMANDS):
+        problems.append(f"{len(found)} pytest summaries, expected {len(COMMANDS)}: which is which is unknown")
+    for c in commands:
+        if not c["ran"]:
+            problems.append(f"{c['name']}: no pytest summary (it did not run, or failed before pytest)")
+        elif c["failed"] or c["errors"]:
+            problems.append(f"{c['name']}: {c['failed']} failed, {c['errors']} errors")
+    return {
+        "source": source,  # "run": this script ran .ci/run; "log": parsed from an existing log (figures unverified)
+        "commit": commit,
+        "started_utc": started,
+        "finished_utc": finished,
+        "cpus": os.cpu_count(),
+        "loadavg_start": load_start,
+        "loadavg_end": load_end,
+        "exit_code": exit_code,
+        "wall_seconds": wall,
+        "ok": not problems,
+        "problems": problems,
+        "commands": commands,
+        "log": log,
+        "log_tail": [ANSI.sub("", line.rstrip("\n")) for line in lines[-TAIL_LINES:]] if problems else [],
+    }
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    out = [
+        "# CI rehearsal (`bash .ci/run` on a clean clone)",
+        "",
+        f"Commit `{result['commit']}`, started {result['started_utc']}"
+        + (f", finished {result['finished_utc']}" if result["finished_utc"] else "")
+        + f"; {result['cpus']} CPUs, load average {result['loadavg_start']} at the start, {result['loadavg_end']} at "
+        "the end. Written by `hack/rehearse.py`"
+        + (" from an existing log (`--log`): not a rehearsal of its own." if result["source"] == "log" else "."),
+        "",
+        "| command | passed | failed | errors | skipped | deselected | pytest time |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in result["commands"]:
+        if c["ran"]:
+            out.append(f"| `{c['name']}` | {c['passed']:,} | {c['failed']} | {c['errors']} | {c['skipped']} | "
+                       f"{c['deselected']} | {minutes(c['seconds'])} ({c['seconds']:.2f} s) |")
+        else:
+            out.append(f"| `{c['name']}` | did not run | | | | | |")
+    out += ["", f"Wall time of the whole run: {minutes(result['wall_seconds'])}; exit code {result['exit_code']}.", ""]
+    if result["problems"]:
+        out += ["**FAILED**: " + "; ".join(result["problems"]) + f". Log: `{result['log']}`.", ""]
+    return "\n".join(out)
+
+
+def write(result: dict[str, Any], prefix: Path) -> None:
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for suffix, text in ((".json", json.dumps(result, indent=2) + "\n"), (".md", markdown(result))):
+        tmp = prefix.with_name(prefix.name + suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(prefix.with_name(prefix.name + suffix))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log", type=Path, help="parse this log of a .ci/run instead of running it")
+    parser.add_argument("--commit", help="with --log: the commit it ran (default: HEAD)")
+    parser.add_argument("--exit-code", type=int, help="with --log: .ci/run's exit code, when known")
+    parser.add_argument("--wall-seconds", type=float, help="with --log: the run's wall time, when known")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ci_rehearsal",
+                        help="path prefix of the .json and .md (default: bench/results/ci_rehearsal)")
+    parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()),
+                        help="where the run's log goes (default: the temp directory; it is not committed)")
+    parser.add_argument("--keep", action="store_true", help="keep the clone (default: removed after the run)")
+    args = parser.parse_args(argv)
+
+    if args.log is not None:
+        lines = args.log.read_text(errors="replace").splitlines(keepends=True)
+        result = result_of(lines, source="log", commit=args.commit or git("rev-parse", "HEAD"),
+                           started=utc_now(), finished=None, load_start=None, load_end=None,
+                           wall=args.wall_seconds, exit_code=args.exit_code, log=str(args.log))
+    else:
+        commit = git("rev-parse", "HEAD")
+        if git("status", "--porcelain", "--untracked-files=no"):
+            print(f"rehearse: the working tree has uncommitted changes; rehearsing the commit {commit[:12]}",
+                  file=sys.stderr)
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        log_path = args.log_dir / f"trainguard-rehearsal-{stamp}.log"
+        clone = Path(tempfile.mkdtemp(prefix="trainguard-rehearsal-"))
+        started, load_start, t0 = utc_now(), loadavg(), time.monotonic()
+        print(f"rehearse: {commit[:12]} cloned into {clone}; bash .ci/run's output goes to {log_path}",
+              file=sys.stderr)
+        try:
+            subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+            with open(log_path, "w") as log:
+                code, at = run_ci(clone, log)
+        finally:
+            if not args.keep:
+                shutil.rmtree(clone, ignore_errors=True)
+        wall = round(time.monotonic() - t0, 1)
+        lines = log_path.read_text(errors="replace").splitlines(keepends=True)
+        result = result_of(lines, source="run", commit=commit, started=started, finished=utc_now(),
+                           load_start=load_start, load_end=loadavg(), wall=wall, exit_code=code, at=at,
+                           log=str(log_path))
+    write(result, args.out)
+    print(markdown(result))
+    if not result["ok"]:
+        print("rehearse: FAILED: " + "; ".join(result["problems"]) + f" (log: {result['log']}; result written to "
+              f"{args.out}.json)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
