@@ -44,6 +44,7 @@ from trainguard.webhook.api.constants import (
     TRAINING_RUNTIME_KIND,
     TRAINJOB_KIND,
 )
+from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
@@ -87,10 +88,10 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 def _metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     obj = strip_managed_fields(obj)
     out = {k: v for k, v in obj.items() if k not in ("data", "stringData", "binaryData")}
-    meta = out.get("metadata")
-    if isinstance(meta, dict) and LAST_APPLIED in (meta.get("annotations") or {}):
-        annotations = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
-        out["metadata"] = {**meta, "annotations": annotations}
+    meta = KubeObject(out).metadata
+    if LAST_APPLIED in meta.annotations:
+        annotations = {k: v for k, v in meta.annotations.items() if k != LAST_APPLIED}
+        out["metadata"] = {**meta.raw, "annotations": annotations}
     return out
 
 
@@ -188,7 +189,7 @@ class Controller:
         def trainjob_changed(ev: CacheEvent) -> None:
             add((TRAINJOB, *object_key(ev.obj)))
             if ev.type == "DELETED":
-                uid = (ev.obj.get("metadata") or {}).get("uid")
+                uid = TrainJob(ev.obj).metadata.uid
                 if uid:
                     add((RUNTIME_SNAPSHOT, snapshot_namespace, snapshot_name(uid)))
 
@@ -227,7 +228,7 @@ class Controller:
             if ev.type == "DELETED":
                 return
             obj = dict(ev.obj)
-            obj.setdefault("kind", TRAINING_RUNTIME_KIND if (obj.get("metadata") or {}).get("namespace")
+            obj.setdefault("kind", TRAINING_RUNTIME_KIND if KubeObject(obj).metadata.namespace
                            else CLUSTER_TRAINING_RUNTIME_KIND)
             for ns, name in trainjobs_using_runtime(self.trainjobs, obj):
                 add((TRAINJOB, ns, name))
@@ -239,14 +240,13 @@ class Controller:
             ns, name = object_key(ev.obj)
             add((DATASET_CACHE, ns, name))
             for (job_ns, job_name), job in self.trainjobs.items():
-                if job_ns == ns and ((job.get("metadata") or {}).get("annotations") or {}).get(
-                        DATASET_CACHE_ANNOTATION) == name:
+                if job_ns == ns and TrainJob(job).metadata.annotations.get(DATASET_CACHE_ANNOTATION) == name:
                     add((TRAINJOB, job_ns, job_name))
 
         self.dataset_caches.add_handler(cache_changed)
 
         def agent_changed(ev: CacheEvent) -> None:
-            cache = ((ev.obj.get("metadata") or {}).get("labels") or {}).get(LABEL_CACHE)
+            cache = KubeObject(ev.obj).metadata.labels.get(LABEL_CACHE)
             if cache:
                 add((DATASET_CACHE, object_key(ev.obj)[0], cache))
 

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from trainguard.webhook.api.apimachinery import format_micro_time, format_time
+from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.resources import Resource
 
@@ -55,8 +56,9 @@ class EventRecorder:
 
     async def record(self, regarding: Mapping[str, Any], type_: str, reason: str, note: str,
                      action: str = "Reconciling") -> None:
-        meta = regarding.get("metadata") or {}
-        key = (str(meta.get("uid") or meta.get("name")), reason, note)
+        obj = KubeObject(regarding)
+        meta = obj.metadata
+        key = (meta.uid or meta.name, reason, note)
         now = self._clock()
         seen = self._recent.get(key)
         if seen is not None and now - seen < self._repeat_after:
@@ -65,12 +67,12 @@ class EventRecorder:
         self._recent.move_to_end(key)
         while len(self._recent) > self._remember:
             self._recent.popitem(last=False)
-        namespace = meta.get("namespace") or "default"
+        namespace = meta.namespace or "default"
         moment = datetime.now(timezone.utc)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}", "namespace": namespace},
+            "metadata": {"name": f"{meta.name}.{secrets.token_hex(8)}", "namespace": namespace},
             "eventTime": format_micro_time(moment),
             # What core/v1 readers (kubectl's legacy view, the Kubeflow SDK) sort and filter on.
             "firstTimestamp": format_time(moment),  # whole seconds, as core/v1 Events carry them
@@ -82,16 +84,17 @@ class EventRecorder:
             "reason": reason,
             "type": type_,
             "message": note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 4] + " ...",
+            # "" for a field the object lacks: the API reads null and "" alike (plain strings in ObjectReference).
             "involvedObject": {
-                "apiVersion": regarding.get("apiVersion"),
-                "kind": regarding.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
+                "apiVersion": obj.api_version,
+                "kind": obj.kind,
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+                "resourceVersion": meta.resource_version,
             },
         }
         try:
             await self._kube.create(CORE_EVENTS, body, namespace)
         except Exception as err:  # best effort
-            log.warning("could not record event %s/%s on %s: %s", type_, reason, meta.get("name"), err)
+            log.warning("could not record event %s/%s on %s: %s", type_, reason, meta.name, err)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from trainguard.webhook.api.constants import TRAINER_API_VERSION, TRAINJOB_KIND
+from trainguard.webhook.api.views import Condition, DatasetCache, Pod
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
 from trainguard.webhook.kube.informer import strip_managed_fields
@@ -73,15 +74,15 @@ class GateDecision:
 
 def gate_index(pod: Mapping[str, Any]) -> int | None:
     """Index of ``WARM_GATE`` in the pod's ``spec.schedulingGates``, or None when the pod does not carry it."""
-    for i, gate in enumerate(((pod.get("spec") or {}).get("schedulingGates")) or []):
+    for i, gate in enumerate(Pod(pod).scheduling_gates):
         if gate.get("name") == WARM_GATE:
             return i
     return None
 
 
 def cache_counts(cache: Mapping[str, Any]) -> tuple[int, int]:
-    status = cache.get("status") or {}
-    return int(status.get("nodesReady") or 0), int(status.get("nodesDesired") or 0)
+    status = DatasetCache(cache).cache_status
+    return int(status.nodes_ready or 0), int(status.nodes_desired or 0)
 
 
 def is_warm(cache: Mapping[str, Any]) -> bool:
@@ -94,7 +95,7 @@ def gate_decision(pod: Mapping[str, Any], cache: Mapping[str, Any] | None) -> Ga
     """What to do with one labelled pod, given its DatasetCache (None: it does not exist). Pure."""
     if gate_index(pod) is None:
         return GateDecision(False, UNGATED)
-    if cache is None or (cache.get("metadata") or {}).get("deletionTimestamp"):
+    if cache is None or DatasetCache(cache).metadata.deletion_timestamp:
         return GateDecision(True, CACHE_MISSING)
     ready, desired = cache_counts(cache)
     if not holds_trainers(cache):
@@ -115,19 +116,16 @@ def remove_gate_patch(pod: Mapping[str, Any]) -> list[Object]:
 
 def gated_pod_view(pod: Object) -> Object:
     """What the controller caches of a labelled trainer pod: identity, labels, owners and the scheduling gates."""
-    pod = strip_managed_fields(pod)
-    meta = pod.get("metadata") or {}
-    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
-                                 "deletionTimestamp") if k in meta}
-    return {"metadata": kept, "spec": {"schedulingGates": list((pod.get("spec") or {}).get("schedulingGates") or [])}}
+    view = Pod(strip_managed_fields(pod))
+    kept = view.metadata.only(("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
+                               "deletionTimestamp"))
+    return {"metadata": kept, "spec": {"schedulingGates": list(view.scheduling_gates)}}
 
 
 def waiting_note(cache_name: str, cache: Mapping[str, Any]) -> str:
     ready, desired = cache_counts(cache)
-    why = ""
-    for cond in (cache.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("reason"):
-            why = f" ({cond['reason']})"
+    reason = Condition(DatasetCache(cache).cache_status.ready_condition).reason
+    why = f" ({reason})" if reason else ""
     return (f"trainer pods are held by scheduling gate {WARM_GATE} until DatasetCache {cache_name} is warm on every "
             f"node it selects: {ready} of {desired} nodes warm{why}")
 
@@ -164,8 +162,8 @@ class GateReleaser:
         if self._pods is None:
             return []
         return [pod for (ns, _), pod in self._pods.items()
-                if ns == namespace and ((pod.get("metadata") or {}).get("labels") or {}).get(WAITS_FOR_LABEL)
-                == cache_name and gate_index(pod) is not None]
+                if ns == namespace and Pod(pod).metadata.labels.get(WAITS_FOR_LABEL) == cache_name
+                and gate_index(pod) is not None]
 
     async def reconcile(self, namespace: str, cache_name: str, cache: Mapping[str, Any] | None) -> None:
         """Release or keep holding every gated pod of ``namespace/cache_name``; ``cache`` carries the status just
@@ -180,15 +178,16 @@ class GateReleaser:
         waiting: set[str] = set()
         for pod in pods:
             decision = gate_decision(pod, cache)
-            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) or ""
+            meta = Pod(pod).metadata
+            job = meta.labels.get(JOBSET_NAME_LABEL) or ""
             if not decision.release:
-                log.debug("pod %s/%s keeps %s (%s, %d of %d nodes warm)", namespace, pod["metadata"]["name"],
+                log.debug("pod %s/%s keeps %s (%s, %d of %d nodes warm)", namespace, meta.name,
                           WARM_GATE, decision.why, decision.nodes_ready, decision.nodes_desired)
                 if decision.why == WAITING:
                     waiting.add(job)
                 continue
             try:
-                await self._kube.json_patch(PODS, pod["metadata"]["name"], remove_gate_patch(pod), namespace)
+                await self._kube.json_patch(PODS, meta.name, remove_gate_patch(pod), namespace)
             except NotFound:
                 continue
             except ApiError as err:
@@ -196,7 +195,7 @@ class GateReleaser:
                     raise
                 stale = True  # the gates changed since our cache saw them: retry from a fresher cache
                 continue
-            log.info("released pod %s/%s from %s (%s)", namespace, pod["metadata"]["name"], WARM_GATE, decision.why)
+            log.info("released pod %s/%s from %s (%s)", namespace, meta.name, WARM_GATE, decision.why)
             released[job] = decision
         for job, decision in released.items():
             await self._record(namespace, job, "Normal", REASON_RELEASED, released_note(cache_name, decision))
@@ -219,8 +218,8 @@ def pods_to_cache_keys(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]
     """(namespace, cache) of every labelled pod still carrying the gate."""
     out: set[tuple[str, str]] = set()
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        cache = (meta.get("labels") or {}).get(WAITS_FOR_LABEL)
+        meta = Pod(pod).metadata
+        cache = meta.labels.get(WAITS_FOR_LABEL)
         if cache and gate_index(pod) is not None:
-            out.add((meta.get("namespace") or "", cache))
+            out.add((meta.namespace, cache))
     return out

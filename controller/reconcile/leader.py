@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from trainguard.webhook.api.apimachinery import format_micro_time
+from trainguard.webhook.api.views import Lease
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,6 @@ class ElectionConfig:
 
 
 
-
-def _record(lease: Object) -> tuple[Any, ...]:
-    spec = lease.get("spec") or {}
-    return (spec.get("holderIdentity"), spec.get("leaseDurationSeconds"), spec.get("acquireTime"),
-            spec.get("renewTime"), spec.get("leaseTransitions"))
-
-
 class LeaderElector:
     """One candidate. ``try_acquire_or_renew`` is one round; ``run`` is the loop around it."""
 
@@ -102,7 +96,7 @@ class LeaderElector:
 
     @property
     def observed_holder(self) -> str | None:
-        return (self._observed_lease or {}).get("spec", {}).get("holderIdentity") if self._observed_lease else None
+        return Lease(self._observed_lease).holder_identity if self._observed_lease else None
 
     async def try_acquire_or_renew(self) -> bool:
         """One election round; True when we hold the Lease afterwards."""
@@ -123,19 +117,19 @@ class LeaderElector:
                 return self._lost()
             return self._won(created, started)
 
-        record = _record(lease)
+        view = Lease(lease)
+        record = view.record
         if record != self._observed:
             self._observed, self._observed_at, self._observed_lease = record, self._monotonic(), lease
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
-        duration = float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
+        holder = view.holder_identity or ""
+        duration = float(view.lease_duration_seconds or cfg.lease_duration)
         if holder and holder != cfg.identity and self._observed_at + duration > self._monotonic():
             return self._lost()
 
-        transitions = int(spec.get("leaseTransitions") or 0)
+        transitions = int(view.lease_transitions or 0)
         if holder == cfg.identity:
             new_spec = self._spec(now, acquire_time=None, transitions=transitions)
-            new_spec["acquireTime"] = spec.get("acquireTime") or format_micro_time(now)
+            new_spec["acquireTime"] = view.acquire_time or format_micro_time(now)
         else:
             new_spec = self._spec(now, acquire_time=now, transitions=transitions + 1)
         updated = {**lease, "spec": new_spec}
@@ -150,11 +144,11 @@ class LeaderElector:
         if not self._leading or self._observed_lease is None:
             return
         lease = await self._api.get()
-        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
+        if lease is None or Lease(lease).holder_identity != self.config.identity:
             self._leading = False
             return
         now = self._wall()
-        spec = dict(lease["spec"])
+        spec = dict(Lease(lease).spec)
         spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=format_micro_time(now),
                     acquireTime=format_micro_time(now))
         try:
@@ -225,7 +219,7 @@ class LeaderElector:
         return spec
 
     def _won(self, lease: Object, started: float) -> bool:
-        self._observed, self._observed_at, self._observed_lease = _record(lease), self._monotonic(), lease
+        self._observed, self._observed_at, self._observed_lease = Lease(lease).record, self._monotonic(), lease
         self._renewed_at = started
         self._leading = True
         return True

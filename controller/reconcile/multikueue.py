@@ -21,19 +21,21 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from trainguard.webhook.api.views import TrainJob
+
 from trainguard.controller.reconcile import status as st
 
 
 def dispatched_state(trainjob: Mapping[str, Any]) -> str:
-    status = trainjob.get("status") or {}
-    conditions = status.get("conditions") or []
+    view = TrainJob(trainjob)
+    conditions = view.conditions
     if st.condition_true(conditions, st.COMPLETE):
         return st.STATE_COMPLETE
     if st.condition_true(conditions, st.FAILED):
         return st.STATE_FAILED
     if st.is_suspended(trainjob) or st.condition_true(conditions, st.SUSPENDED):
         return st.STATE_SUSPENDED
-    jobs = [j for j in status.get("jobsStatus") or [] if isinstance(j, Mapping)]
+    jobs = [j for j in view.jobs_status if isinstance(j, Mapping)]
     if jobs and all(_running(j) for j in jobs):
         return st.STATE_RUNNING
     return st.STATE_CREATED

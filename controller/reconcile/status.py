@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping
 from trainguard.webhook.api import constants as api_constants
 from trainguard.webhook.api.apimachinery import format_time, parse_time
 from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
-from trainguard.webhook.api.views import TrainJob, replicated_jobs
+from trainguard.webhook.api.views import Condition, JobSet, TrainJob
 
 Object = dict[str, Any]
 
@@ -94,7 +94,7 @@ class StatusDecision:
     state: str = STATE_CREATED
 
     def changed(self, trainjob: Mapping[str, Any]) -> bool:
-        return _comparable(self.status) != _comparable(trainjob.get("status") or {})
+        return _comparable(self.status) != _comparable(TrainJob(trainjob).status)
 
 
 # ---- predicates -------------------------------------------------------------------------------------------------
@@ -103,13 +103,17 @@ def is_managed_by_us(trainjob: Mapping[str, Any]) -> bool:
     return managed_by in (None, "", TRAINJOB_CONTROLLER)
 
 
-def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == type_), None)
+def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Condition | None:
+    for raw in conditions:
+        condition = Condition(raw)
+        if condition.type == type_:
+            return condition
+    return None
 
 
 def condition_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
     found = find_condition(conditions, type_)
-    return found is not None and found.get("status") == "True"
+    return found is not None and found.is_true
 
 
 def is_finished(trainjob: Mapping[str, Any]) -> bool:
@@ -127,9 +131,16 @@ def deadline_start(trainjob: Mapping[str, Any]) -> datetime:
     """When the active deadline started counting: the last resume, else the creation time."""
     conditions = TrainJob(trainjob).conditions
     resumed = find_condition(conditions, SUSPENDED)
-    if resumed is not None and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
-        return parse_time(resumed["lastTransitionTime"])
-    return parse_time(trainjob["metadata"]["creationTimestamp"])
+    if resumed is not None and resumed.status == "False" and resumed.last_transition_time:
+        return parse_time(resumed.last_transition_time)
+    return parse_time(_created(trainjob))
+
+
+def _created(trainjob: Mapping[str, Any]) -> str:
+    created = TrainJob(trainjob).metadata.creation_timestamp
+    if created is None:  # the apiserver always sets it: an object without one did not come from it
+        raise KeyError("creationTimestamp")
+    return created
 
 
 def deadline(trainjob: Mapping[str, Any]) -> datetime | None:
@@ -142,33 +153,34 @@ def deadline(trainjob: Mapping[str, Any]) -> datetime | None:
 # ---- conditions -----------------------------------------------------------------------------------------------
 def set_condition(conditions: list[Object], new: Object, now: datetime) -> None:
     """meta.SetStatusCondition: replace by type; keep lastTransitionTime unless the status flips."""
-    current = next((c for c in conditions if c.get("type") == new["type"]), None)
+    wanted = Condition(new)
+    current = next((c for c in conditions if Condition(c).type == wanted.type), None)
     if current is None:
-        conditions.append({**new, "lastTransitionTime": new.get("lastTransitionTime") or format_time(now)})
+        conditions.append({**new, "lastTransitionTime": wanted.last_transition_time or format_time(now)})
         return
-    if current.get("status") != new["status"]:
-        current["status"] = new["status"]
-        current["lastTransitionTime"] = new.get("lastTransitionTime") or format_time(now)
-    current["reason"] = new["reason"]
-    current["message"] = new["message"]
+    if Condition(current).status != wanted.status:
+        current["status"] = wanted.status
+        current["lastTransitionTime"] = wanted.last_transition_time or format_time(now)
+    current["reason"] = wanted.reason
+    current["message"] = wanted.message
 
 
-def _copied(jobset_condition: Mapping[str, Any], type_: str) -> Object:
+def _copied(jobset_condition: Condition, type_: str) -> Object:
     out: Object = {
         "type": type_,
-        "status": jobset_condition.get("status", "True"),
-        "reason": jobset_condition.get("reason", ""),
-        "message": jobset_condition.get("message", ""),
+        "status": jobset_condition.status,
+        "reason": jobset_condition.reason,
+        "message": jobset_condition.message,
     }
-    if jobset_condition.get("lastTransitionTime"):
-        out["lastTransitionTime"] = jobset_condition["lastTransitionTime"]
+    if jobset_condition.last_transition_time:
+        out["lastTransitionTime"] = jobset_condition.last_transition_time
     return out
 
 
 def jobs_status(jobset: Mapping[str, Any]) -> list[Object]:
     """``jobsStatus`` from the JobSet's ``replicatedJobsStatus``; every count present (upstream [2.1+])."""
     out: list[Object] = []
-    for item in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
+    for item in JobSet(jobset).replicated_jobs_status or []:
         entry: Object = {"name": item["name"]}
         for key in _JOB_COUNTS:
             entry[key] = int(item.get(key) or 0)
@@ -178,7 +190,7 @@ def jobs_status(jobset: Mapping[str, Any]) -> list[Object]:
 
 def unsupported_runtime(trainjob: Mapping[str, Any], key: str, now: datetime) -> StatusDecision:
     """Status for a runtimeRef kind/group this controller does not serve (upstream step 3)."""
-    status = copy.deepcopy(dict(trainjob.get("status") or {}))
+    status = copy.deepcopy(dict(TrainJob(trainjob).status))
     conditions: list[Object] = status.setdefault("conditions", [])
     was_failed = condition_true(conditions, FAILED)
     message = f"unsupported runtime: {key}"
@@ -194,8 +206,7 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
 
     ``jobset`` is the JobSet as the apiserver last returned it (None when it does not exist).
     """
-    old_status = trainjob.get("status") or {}
-    status = copy.deepcopy(dict(old_status))
+    status = copy.deepcopy(dict(TrainJob(trainjob).status))
     conditions: list[Object] = [dict(c) for c in status.get("conditions") or []]
     finished_before = is_finished(trainjob)
     transitions: list[Transition] = []
@@ -214,18 +225,16 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
     # Complete/Failed and jobsStatus from the JobSet. A finished job keeps its terminal condition even if the
     # JobSet now says otherwise or is gone (terminal means terminal).
     if jobset is not None:
-        js_conditions = (jobset.get("status") or {}).get("conditions") or []
+        js_conditions = JobSet(jobset).conditions
         if not finished_before:
             completed = find_condition(js_conditions, JOBSET_COMPLETED)
             failed = find_condition(js_conditions, JOBSET_FAILED)
-            if completed is not None and completed.get("status") == "True":
+            if completed is not None and completed.is_true:
                 set_condition(conditions, _copied(completed, COMPLETE), now)
-                transitions.append(Transition("Normal", "Completed",
-                                              completed.get("message") or "TrainJob completed"))
-            elif failed is not None and failed.get("status") == "True":
+                transitions.append(Transition("Normal", "Completed", completed.message or "TrainJob completed"))
+            elif failed is not None and failed.is_true:
                 set_condition(conditions, _copied(failed, FAILED), now)
-                transitions.append(Transition("Warning", "Failed",
-                                              f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")))
+                transitions.append(Transition("Warning", "Failed", f"{failed.reason}: {failed.message}".strip(": ")))
         replicated = jobs_status(jobset)
         if replicated or "jobsStatus" in status:
             status["jobsStatus"] = replicated
@@ -249,7 +258,7 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
 
     # A deadline-failed job must not keep a JobSet: delete again if an earlier delete did not go through.
     failed = find_condition(conditions, FAILED)
-    if jobset is not None and failed is not None and failed.get("reason") == REASON_DEADLINE_EXCEEDED:
+    if jobset is not None and failed is not None and failed.reason == REASON_DEADLINE_EXCEEDED:
         delete_jobset = True
 
     if not status["conditions"]:
@@ -288,7 +297,7 @@ def job_state(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> 
 
 def _trainer_jobs(jobset: Mapping[str, Any]) -> dict[str, int]:
     """replicatedJob name -> replicas for the trainer step (ancestor label ``trainer``, else the job ``node``)."""
-    jobs = replicated_jobs(jobset.get("spec"))
+    jobs = JobSet(jobset).replicated_jobs
     labelled = {j.raw["name"]: j.replicas for j in jobs if j.ancestor == "trainer"}
     if labelled:
         return labelled

@@ -127,10 +127,11 @@ def write_failure_message(obj: Mapping[str, Any], err: ApiError) -> str:
     """The error as upstream's event carries it. A write never gets a 404 for the object itself (apply creates
     it), so a 404 means the apiserver does not serve the kind (its CRD is not installed): upstream's client says
     so in its REST mapper's words."""
+    view = KubeObject(obj)
     if isinstance(err, NotFound):
-        return f'no matches for kind "{obj.get("kind")}" in version "{obj.get("apiVersion")}"'
-    meta = obj.get("metadata") or {}
-    return err.message or f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}: {err}"
+        return f'no matches for kind "{view.kind}" in version "{view.api_version}"'
+    meta = view.metadata
+    return err.message or f"{view.kind} {meta.namespace}/{meta.name}: {err}"
 
 
 class PolicyBlocked(Exception):
@@ -165,7 +166,7 @@ class TrainJobReconciler:
 
     async def reconcile(self, namespace: str, name: str) -> Result:
         trainjob = self._caches.trainjobs.get(name, namespace)
-        if trainjob is None or (trainjob.get("metadata") or {}).get("deletionTimestamp"):
+        if trainjob is None or TrainJob(trainjob).metadata.deletion_timestamp:
             return Result()
         if not st.is_managed_by_us(trainjob):
             # MultiKueue runs it on a worker: nothing is built here, the state label follows the copied status.
@@ -222,12 +223,12 @@ class TrainJobReconciler:
 
     # ---- objects ------------------------------------------------------------------------------------------
     async def _apply_objects(self, trainjob: Object) -> Object | None:
-        meta = trainjob["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
+        meta = TrainJob(trainjob).metadata
+        name, namespace = meta.name, meta.namespace
         runtime = await self._runtime(trainjob)
         existing_jobset = self._caches.jobsets.get(name, namespace)
         dataset_cache = None
-        cache_name = TrainJob(trainjob).metadata.annotations.get(DATASET_CACHE_ANNOTATION)
+        cache_name = meta.annotations.get(DATASET_CACHE_ANNOTATION)
         if cache_name:
             dataset_cache = self._caches.dataset_caches.get(cache_name, namespace)
             if dataset_cache is None:
@@ -242,7 +243,7 @@ class TrainJobReconciler:
             dataset_cache=dataset_cache,
         )
         applied_jobset: Object | None = None
-        ensured = self._secrets_ensured.setdefault(meta.get("uid") or "", set())
+        ensured = self._secrets_ensured.setdefault(meta.uid, set())
         for obj in apply_order(objects):
             resource = resource_for(obj)
             if resource is SECRETS:
@@ -252,7 +253,7 @@ class TrainJobReconciler:
                     pass
                 except ApiError as err:
                     raise ObjectWriteFailed(obj, err) from err
-                ensured.add(obj["metadata"]["name"])
+                ensured.add(KubeObject(obj).metadata.name)
                 continue
             try:
                 applied = await self._kube.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
@@ -265,9 +266,9 @@ class TrainJobReconciler:
         return applied_jobset
 
     def _existing(self, trainjob: Object, jobset: Object | None) -> ExistingObjects:
-        meta = trainjob["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
-        ensured = self._secrets_ensured.get(meta.get("uid") or "", set())
+        meta = TrainJob(trainjob).metadata
+        name, namespace = meta.name, meta.namespace
+        ensured = self._secrets_ensured.get(meta.uid, set())
 
         def has(cache: Cache | None, object_name: str) -> bool:
             return cache is not None and cache.get(object_name, namespace) is not None
@@ -281,7 +282,7 @@ class TrainJobReconciler:
 
     async def _runtime(self, trainjob: Object) -> Object:
         """The runtime this job was admitted with: from its snapshot, else the live one (then snapshot it)."""
-        uid = trainjob["metadata"].get("uid") or ""
+        uid = TrainJob(trainjob).metadata.uid
         where = self._snapshot_namespace
         snap = self._caches.snapshots.get(snapshot_name(uid), where)
         if snap is not None:
@@ -306,13 +307,13 @@ class TrainJobReconciler:
         if self._scope is not None and namespace != self._scope:
             return Result()  # another controller's TrainJob (one snapshot namespace, several scoped controllers)
         cached = self._caches.trainjobs.get(job_name, namespace)
-        if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
+        if cached is not None and TrainJob(cached).metadata.uid == uid:
             return Result()
         # The cache may simply not have seen the TrainJob yet (a new leader's watch behind another replica's work):
         # only the apiserver's word deletes.
         try:
             live = await self._kube.get(TRAINJOBS, job_name, namespace)
-            if (live.get("metadata") or {}).get("uid") == uid:
+            if TrainJob(live).metadata.uid == uid:
                 return Result()
         except NotFound:
             pass
@@ -326,8 +327,8 @@ class TrainJobReconciler:
         return Result()
 
     def _live_runtime(self, trainjob: Object) -> Object:
-        ref = TrainJob(trainjob).runtime_ref
-        namespace = trainjob["metadata"]["namespace"]
+        view = TrainJob(trainjob)
+        ref, namespace = view.runtime_ref, view.metadata.namespace
         if ref.is_training_runtime:
             found = self._caches.training_runtimes.get(ref.name, namespace)
             if found is None:
@@ -343,25 +344,25 @@ class TrainJobReconciler:
         """Patch the status if it changed; False when the TrainJob no longer exists."""
         if not decision.changed(trainjob) or not decision.status:
             return True
-        meta = trainjob["metadata"]
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": decision.status}
+        meta = TrainJob(trainjob).metadata
+        patch = {"metadata": {"resourceVersion": meta.resource_version}, "status": decision.status}
         try:
-            await self._kube.merge_patch(TRAINJOBS, meta["name"], patch, meta["namespace"], subresource="status",
+            await self._kube.merge_patch(TRAINJOBS, meta.name, patch, meta.namespace, subresource="status",
                                          field_manager=FIELD_MANAGER)
         except NotFound:
-            log.info("TrainJob %s/%s was deleted during its reconcile", meta["namespace"], meta["name"])
+            log.info("TrainJob %s/%s was deleted during its reconcile", meta.namespace, meta.name)
             return False
         except Conflict as err:
             raise ReconcileError("StaleTrainJob", f"status computed from a stale TrainJob: {err.message}") from err
         return True
 
     async def _write_state(self, trainjob: Object, state: str) -> None:
-        meta = trainjob["metadata"]
-        if (meta.get("labels") or {}).get(st.STATE_LABEL) == state:
+        meta = TrainJob(trainjob).metadata
+        if meta.labels.get(st.STATE_LABEL) == state:
             return
         try:
-            await self._kube.merge_patch(TRAINJOBS, meta["name"], {"metadata": {"labels": {st.STATE_LABEL: state}}},
-                                         meta["namespace"], field_manager=FIELD_MANAGER)
+            await self._kube.merge_patch(TRAINJOBS, meta.name, {"metadata": {"labels": {st.STATE_LABEL: state}}},
+                                         meta.namespace, field_manager=FIELD_MANAGER)
         except NotFound:
             pass
 
@@ -386,7 +387,7 @@ def trainjobs_using_runtime(trainjobs: Any, runtime: Mapping[str, Any]) -> list[
     """Keys of unfinished TrainJobs that reference ``runtime`` and have no snapshot yet is unknown here, so all
     unfinished referencing jobs: a runtime that appears late unblocks jobs that failed to find it."""
     meta = KubeObject(runtime).metadata
-    kind = runtime.get("kind") or (TRAINING_RUNTIME_KIND if meta.namespace else CLUSTER_TRAINING_RUNTIME_KIND)
+    kind = KubeObject(runtime).kind or (TRAINING_RUNTIME_KIND if meta.namespace else CLUSTER_TRAINING_RUNTIME_KIND)
     keys: list[tuple[str, str]] = []
     for (namespace, name), job in trainjobs.items():
         ref = TrainJob(job).runtime_ref

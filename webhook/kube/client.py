@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 
+from trainguard.webhook.api.views import KubeObject, ObjectList
 from trainguard.webhook.kube.config import ClusterConfig
 from trainguard.webhook.kube.errors import ApiError, error_from_status
 from trainguard.webhook.kube.resources import Resource
@@ -157,20 +158,21 @@ class KubeClient:
         items: list[Object] = []
         token: str | None = None
         while True:
-            page = await self.list(resource, namespace, label_selector=label_selector, limit=page_size, continue_token=token)
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or None
+            page = ObjectList(await self.list(resource, namespace, label_selector=label_selector, limit=page_size,
+                                              continue_token=token))
+            items.extend(page.items)
+            token = page.continue_token
             if not token:
-                return items, str((page.get("metadata") or {}).get("resourceVersion") or "")
+                return items, page.resource_version
 
     async def create(self, resource: Resource, obj: Object, namespace: str | None = None, *, dry_run: bool = False) -> Object:
-        ns = namespace if namespace is not None else (obj.get("metadata") or {}).get("namespace")
+        ns = namespace if namespace is not None else KubeObject(obj).metadata.namespace
         return await self.request("POST", resource.path(ns), params=_dry(dry_run), body=obj)
 
     async def replace(self, resource: Resource, obj: Object, *, subresource: str | None = None) -> Object:
         """PUT the whole object; with ``metadata.resourceVersion`` set this is an optimistic-concurrency update."""
-        meta = obj.get("metadata") or {}
-        return await self.request("PUT", resource.path(meta.get("namespace"), meta["name"], subresource), body=obj)
+        meta = KubeObject(obj).metadata
+        return await self.request("PUT", resource.path(meta.namespace, meta.name, subresource), body=obj)
 
     async def delete(
         self, resource: Resource, name: str, namespace: str | None = None, *, propagation: str | None = "Background"
@@ -191,13 +193,13 @@ class KubeClient:
         dry_run: bool = False,
     ) -> Object:
         """Server-side apply: the object is the manager's full intent; fields it stops sending are removed."""
-        meta = obj.get("metadata") or {}
+        meta = KubeObject(obj).metadata
         params = {"fieldManager": field_manager, **_dry(dry_run)}
         if force:
             params["force"] = "true"
         return await self.request(
             "PATCH",
-            resource.path(meta.get("namespace"), meta["name"], subresource),
+            resource.path(meta.namespace, meta.name, subresource),
             params=params,
             body=apply_body(obj),
             content_type=APPLY_PATCH,

@@ -30,6 +30,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, P
 
 import aiohttp
 
+# object_key, (namespace, name), is the store's key: the caches' users import it from here.
+from trainguard.webhook.api.views import Meta, object_key
+from trainguard.webhook.api.views import resource_version as _rv
 from trainguard.webhook.kube.client import WatchEvent
 from trainguard.webhook.kube.errors import ApiError, Gone, NotFound
 from trainguard.webhook.kube.resources import Resource
@@ -89,15 +92,10 @@ class Backoff:
         self._attempt = 0
 
 
-def object_key(obj: Object) -> Key:
-    meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
 def strip_managed_fields(obj: Object) -> Object:
     """Default transform: managedFields are often most of an object's size and no reader of the cache needs them."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
+    meta = Meta.of(obj).raw
+    if "managedFields" in meta:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return obj
 
@@ -245,7 +243,7 @@ class Informer:
 
     def _replace(self, items: list[Object], resource_version: str) -> None:
         """Swap in a fresh list, telling handlers only what differs from the old store (a relist is quiet)."""
-        fresh = {object_key(o): self._transform(o) for o in items}
+        fresh = {object_key(o): self._transform(o) for o in map(_checked, items)}
         old = self._store
         self._store = fresh
         self.resource_version = resource_version
@@ -266,7 +264,7 @@ class Informer:
             self.version += 1
 
     def _apply(self, event: WatchEvent) -> None:
-        rv = _rv(event.object)
+        rv = _rv(_checked(event.object))
         if event.type == "BOOKMARK":
             if rv:
                 self.resource_version = rv
@@ -299,5 +297,10 @@ class Informer:
             log.exception("%s: event handler %r failed", self.resource.plural, handler)
 
 
-def _rv(obj: Object) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+def _checked(obj: Any) -> Object:
+    # The views read anything as an object (a list has no name); the store must not hold one: fail the round, which
+    # is retried with backoff (the real client already refuses such a frame, see ``decode_watch_line``).
+    if type(obj) is not dict:
+        raise TypeError(f"a listed or watched object is not a JSON object: {type(obj).__name__}")
+    return obj
+

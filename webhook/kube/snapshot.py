@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
+from trainguard.webhook.api.views import AdmissionCheck, ClusterQueue, JobSet, LocalQueue, Meta
 from trainguard.webhook.kube import resources as r
 from trainguard.webhook.kube.informer import Backoff, Informer, ListWatcher, strip_managed_fields
 from trainguard.webhook.kube.resources import Resource
@@ -34,7 +35,7 @@ def _by_name(inf: Informer) -> Mapping[str, Object]:
 
 def _labels_by_name(inf: Informer) -> Mapping[str, Mapping[str, str]]:
     return MappingProxyType(
-        {name: MappingProxyType(dict((obj.get("metadata") or {}).get("labels") or {})) for (_, name), obj in inf.items()}
+        {name: MappingProxyType(dict(Meta.of(obj).labels)) for (_, name), obj in inf.items()}
     )
 
 
@@ -44,13 +45,11 @@ def _names(inf: Informer) -> frozenset[str]:
 
 def _namespace_metadata_only(obj: Object) -> Object:
     # Only labels are read (policy namespace selectors); dropping the rest keeps big clusters cheap.
-    meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta}}
+    return {"metadata": Meta.of(obj).only(("name", "labels", "resourceVersion"))}
 
 
 def _name_only(obj: Object) -> Object:
-    meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
+    return {"metadata": Meta.of(obj).only(("name", "resourceVersion"))}
 
 
 # JobSets: only what admission reads of them, the TrainJob UPDATE rule "runtimePatches cannot change while a
@@ -59,11 +58,9 @@ def _name_only(obj: Object) -> Object:
 # most of the webhook's memory at 10,000 TrainJobs. A replicatedJobsStatus that is not a list is kept as it is (the
 # rule reports it).
 def jobset_admission_view(obj: Object) -> Object:
-    meta = obj.get("metadata") or {}
-    out: Object = {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta}}
-    status = obj.get("status")
-    if isinstance(status, dict) and "replicatedJobsStatus" in status:
-        statuses = status["replicatedJobsStatus"]
+    out: Object = {"metadata": Meta.of(obj).only(("name", "namespace", "resourceVersion"))}
+    statuses = JobSet(obj).replicated_jobs_status
+    if statuses is not None:
         if isinstance(statuses, list):
             statuses = [{k: s[k] for k in ("name", "active") if k in s} if isinstance(s, dict) else s
                         for s in statuses]
@@ -73,40 +70,33 @@ def jobset_admission_view(obj: Object) -> Object:
 
 # Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (trainguard.webhook.policy.multikueue).
 def _local_queue_target(obj: Object) -> Object:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
-            "spec": {"clusterQueue": spec.get("clusterQueue")}}
+    return {"metadata": Meta.of(obj).only(("name", "namespace", "resourceVersion")),
+            "spec": {"clusterQueue": LocalQueue(obj).cluster_queue}}
 
 
 def _cluster_queue_checks(obj: Object) -> Object:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    strategy = spec.get("admissionChecksStrategy") if isinstance(spec.get("admissionChecksStrategy"), dict) else {}
-    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
-            "spec": {"admissionChecksStrategy": {"admissionChecks": strategy.get("admissionChecks") or []}}}
+    return {"metadata": Meta.of(obj).only(("name", "resourceVersion")),
+            "spec": {"admissionChecksStrategy": {"admissionChecks": ClusterQueue(obj).admission_checks}}}
 
 
 def _admission_check_controller(obj: Object) -> Object:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
-            "spec": {"controllerName": spec.get("controllerName")}}
+    return {"metadata": Meta.of(obj).only(("name", "resourceVersion")),
+            "spec": {"controllerName": AdmissionCheck(obj).controller_name}}
 
 
 def _cluster_queues_by_local_queue(inf: Informer) -> Mapping[tuple[str, str], str]:
-    return MappingProxyType({key: str(q) for key, obj in inf.items() if (q := (obj.get("spec") or {}).get("clusterQueue"))})
+    return MappingProxyType({key: str(q) for key, obj in inf.items() if (q := LocalQueue(obj).cluster_queue)})
 
 
 def _checks_by_cluster_queue(inf: Informer) -> Mapping[str, tuple[str, ...]]:
     return MappingProxyType({
-        name: tuple(str(c.get("name")) for c in (obj.get("spec") or {}).get("admissionChecksStrategy", {}).get("admissionChecks") or []
+        name: tuple(str(c.get("name")) for c in ClusterQueue(obj).admission_checks
                     if isinstance(c, dict) and c.get("name"))
         for (_, name), obj in inf.items()})
 
 
 def _controllers_by_admission_check(inf: Informer) -> Mapping[str, str]:
-    return MappingProxyType({name: str((obj.get("spec") or {}).get("controllerName") or "") for (_, name), obj in inf.items()})
+    return MappingProxyType({name: str(AdmissionCheck(obj).controller_name or "") for (_, name), obj in inf.items()})
 
 
 @dataclass(frozen=True)

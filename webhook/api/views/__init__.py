@@ -22,13 +22,16 @@ present as ``""`` stays ``""``. Upstream v2.3 does the same: the CRD default app
 ``.trainer.kubeflow.org``, which no runtime serves: the webhook answers "unsupported runtime" and the reconciler
 marks the job ``TrainingRuntimeNotSupported``.
 
-One module per kind: ``base`` (``resolve``, ``View``, ``Meta``, ``KubeObject``), ``jobset`` (the JobSet template down
-to containers), ``runtime``, ``trainjob``, ``dataset_cache`` (``DatasetCache``, its ``CacheSource`` and
-``CacheStatus``), ``policy`` (``TrainJobPolicy``, its defaulted ``PolicySpec`` down to topology levels and label
-selectors).
+One module per kind: ``base`` (``resolve``, ``View``, ``Meta``, ``Condition``, ``KubeObject``), ``jobset`` (the JobSet
+template down to containers), ``runtime``, ``trainjob``, ``workloads`` (the live JobSet, Pod, Lease, Kueue's queueing
+objects and list responses, as the reconciler and the I/O layer read them), ``dataset_cache`` (``DatasetCache``, its
+``CacheSource`` and ``CacheStatus``), ``policy`` (``TrainJobPolicy``, its defaulted ``PolicySpec`` down to topology
+levels and label selectors).
 """
 
-from trainguard.webhook.api.views.base import EMPTY, KubeObject, Meta, View, resolve
+from trainguard.webhook.api.views.base import (
+    EMPTY, Condition, KubeObject, Meta, View, object_key, resolve, resource_version,
+)
 from trainguard.webhook.api.views.dataset_cache import CacheSource, CacheStatus, DatasetCache
 from trainguard.webhook.api.views.jobset import (
     Container, JobSetTemplate, ReplicatedJob, iter_pod_specs, job_ancestor, patch_template, replicated_jobs,
@@ -38,17 +41,28 @@ from trainguard.webhook.api.views.policy import (
 )
 from trainguard.webhook.api.views.runtime import Runtime
 from trainguard.webhook.api.views.trainjob import RuntimeRef, TrainJob, Trainer
+from trainguard.webhook.api.views.workloads import (
+    AdmissionCheck, ClusterQueue, JobSet, Lease, LocalQueue, ObjectList, Pod,
+)
 
 __all__ = [
+    "AdmissionCheck",
     "CacheSource",
     "CacheStatus",
+    "ClusterQueue",
+    "Condition",
     "Container",
     "DatasetCache",
     "EMPTY",
+    "JobSet",
     "JobSetTemplate",
     "KubeObject",
     "LabelSelector",
+    "Lease",
+    "LocalQueue",
     "Meta",
+    "ObjectList",
+    "Pod",
     "PolicySpec",
     "PolicyTopology",
     "ReplicatedJob",
@@ -61,7 +75,9 @@ __all__ = [
     "View",
     "iter_pod_specs",
     "job_ancestor",
+    "object_key",
     "patch_template",
     "replicated_jobs",
     "resolve",
+    "resource_version",
 ]

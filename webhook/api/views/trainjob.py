@@ -128,3 +128,8 @@ class TrainJob(KubeObject):
     @property
     def conditions(self) -> list[Mapping[str, Any]]:
         return _list(_at2(self.raw, "status", "conditions"))
+
+    @property
+    def jobs_status(self) -> list[Mapping[str, Any]]:
+        """``status.jobsStatus`` (per replicated job counts; on a MultiKueue manager, copied from the worker)."""
+        return _list(_at2(self.raw, "status", "jobsStatus"))
