@@ -40,7 +40,7 @@ from trainguard.webhook.api.apimachinery import controller_reference, format_tim
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION
 from trainguard.webhook.api.quantity import QuantityError
 from trainguard.webhook.api.trainguard import DatasetCache as DatasetCacheModel
-from trainguard.webhook.api.views import CacheSource, CacheStatus, KubeObject
+from trainguard.webhook.api.views import CacheSource, CacheStatus, Condition, KubeObject, Pod
 from trainguard.webhook.api.views import DatasetCache as DatasetCacheView
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
@@ -327,14 +327,15 @@ def compute_status(
     unreported = 0
     shard_counts: list[int] = []
     for pod in pods:
-        agent = KubeObject(pod)
-        labels = agent.metadata.labels
+        agent = Pod(pod)
+        meta = agent.metadata
+        labels = meta.labels
         if any(labels.get(k) != v for k, v in wanted.items()):
             continue
         if not _pod_ready(agent):
             continue
         ready_nodes += 1
-        annotations = agent.metadata.annotations
+        annotations = meta.annotations
         try:
             resident += max(0, int(annotations.get(ANNOTATION_BYTES_RESIDENT)))
         except (TypeError, ValueError):
@@ -378,16 +379,17 @@ def compute_status(
 def kept_transition_time(previous: Mapping[str, Any] | None, cond_status: str, now: datetime) -> str:
     """``lastTransitionTime`` of the new Ready condition: the previous status's, while Ready keeps its status;
     ``now`` when it flips or there was none."""
-    old = CacheStatus(previous).ready_condition
-    if old.get("status") == cond_status and old.get("lastTransitionTime"):
-        return old["lastTransitionTime"]
+    old = Condition(CacheStatus(previous).ready_condition)
+    if old.status == cond_status and old.last_transition_time:
+        return old.last_transition_time
     return format_time(now)
 
 
-def _pod_ready(pod: KubeObject) -> bool:
+def _pod_ready(pod: Pod) -> bool:
     for cond in pod.status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+        ready = Condition(cond)
+        if ready.type == "Ready":
+            return ready.is_true
     return False
 
 

@@ -92,7 +92,8 @@ class CacheStatus(View):
 
     @property
     def ready_condition(self) -> Mapping[str, Any]:
-        """The ``type: Ready`` condition (the only one written; a list-map keyed by type has one), else empty."""
+        """The ``type: Ready`` condition (the only one written; a list-map keyed by type has one), else empty; read
+        its fields with ``Condition``."""
         for cond in self.conditions:
             if _is_mapping(cond) and cond.get("type") == "Ready":
                 return cond
