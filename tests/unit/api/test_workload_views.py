@@ -21,6 +21,8 @@ from trainguard.webhook.api.views import (
     ObjectList,
     Pod,
     TrainJob,
+    object_key,
+    resource_version,
 )
 
 ABSENT = object()
@@ -44,6 +46,7 @@ Read = Callable[[dict], Any]
 CASES: list[tuple[str, Read, str, Any, Any, tuple[Any, Any], tuple[Any, Any]]] = [
     ("meta.creation_timestamp", lambda o: Meta(o).creation_timestamp, "creationTimestamp", None, None,
      (7, 7), ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")),
+    ("meta.labels", lambda o: dict(Meta(o).labels), "labels", {}, {}, (["a"], {}), ({"a": "b"}, {"a": "b"})),
     ("condition.type", lambda o: Condition(o).type, "type", "", "", (3, 3), ("Ready", "Ready")),
     ("condition.status", lambda o: Condition(o).status, "status", "", "", (True, True), ("False", "False")),
     ("condition.is_true", lambda o: Condition(o).is_true, "status", False, False, (True, False), ("True", True)),
@@ -149,3 +152,33 @@ def test_only_keeps_the_named_fields_as_written(meta, keys, expected) -> None:
     if isinstance(meta, dict) and kept:
         kept["name"] = "changed"  # a new dict: the object is untouched
         assert obj == before
+
+
+# The informer's per-event readers (no view allocated) read what Meta reads: absent / null / wrong type / present,
+# for the metadata section itself and for the field.
+@pytest.mark.parametrize(
+    "obj, key, rv, name",
+    [
+        ({}, ("", ""), "", ""),
+        ({"metadata": None}, ("", ""), "", ""),
+        ({"metadata": ["a"]}, ("", ""), "", ""),
+        ({"metadata": "text"}, ("", ""), "", ""),
+        ({"metadata": {"name": None, "namespace": None, "resourceVersion": None}}, ("", ""), "", ""),
+        ({"metadata": {"name": 7, "namespace": 0, "resourceVersion": 12}}, ("", "7"), "12", 7),
+        ({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}}, ("ns", "a"), "5", "a"),
+        (None, ("", ""), "", ""),
+    ],
+    ids=["absent", "null", "list", "text", "null-fields", "wrong-type-fields", "present", "no-object"],
+)
+def test_object_key_resource_version_and_meta_of(obj, key, rv, name) -> None:
+    assert object_key(obj) == key
+    assert resource_version(obj) == rv
+    assert Meta.of(obj).name == name
+    assert Meta.of(obj).name == KubeObject(obj).metadata.name
+    assert Meta.of(obj).raw == KubeObject(obj).metadata.raw
+
+
+def test_meta_of_wraps_the_metadata_without_copying() -> None:
+    obj = {"metadata": {"name": "a", "labels": {"x": "y"}}}
+    assert Meta.of(obj).raw is obj["metadata"]
+    assert Meta.of(obj).labels is obj["metadata"]["labels"]
