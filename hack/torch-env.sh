@@ -3,7 +3,7 @@
 # (tests/unit/cache/test_torch_zero_copy.py, marked `tools`). torch is not a test dependency: the wheel the package
 # index carries is the CUDA build, about 5.7 GB with its nvidia-* dependencies (`import torch` needs them even on a
 # machine with no GPU), so it lives outside the repo, like the Go-built tools, in a cache directory keyed by its
-# inputs (hack/torch/requirements.lock and the interpreter's version) and is built only when missing:
+# inputs (hack/torch-env/requirements.lock and the interpreter's version) and is built only when missing:
 #   ${TRAINGUARD_TORCH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainguard/torch/torch-<version>_py<X.Y>_<sha8 of the lock>}
 # Only torch and its dependencies go in, hash-checked (pip --require-hashes): the test puts the repo's
 # controller/cache on the path itself, the way a training image gets the client (standard library only, no deps).
@@ -11,7 +11,7 @@
 # usage: hack/torch-env.sh [build|path|lock]
 #   build (default): create the environment unless it is complete; prints its directory as the last line.
 #   path: print the directory (built or not).
-#   lock: rewrite hack/torch/requirements.lock from the package index: TORCH_VERSION below, resolved by pip for
+#   lock: rewrite hack/torch-env/requirements.lock from the package index: TORCH_VERSION below, resolved by pip for
 #         this interpreter and platform (pip install --dry-run --report, which reads metadata, not the wheels).
 #         Then commit the lock; the next build goes into a fresh directory.
 # PYTHON (default python3.11, as the Makefile) is the interpreter the environment is made from.
@@ -20,7 +20,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TORCH_VERSION=2.9.1
 PYTHON=${PYTHON:-python3.11}
-lock=$here/torch/requirements.lock
+# Not hack/torch/: tests put hack/ on sys.path (for its Python tools), where a folder named torch is a namespace
+# package that `import torch` finds.
+lock=$here/torch-env/requirements.lock
 
 log() { printf 'torch-env: %s\n' "$*" >&2; }
 
@@ -67,7 +69,8 @@ build() {
   "$PYTHON" -m venv "$dir"
   "$dir/bin/pip" install --quiet --disable-pip-version-check --no-input --no-cache-dir \
     --require-hashes --only-binary :all: -r "$lock"
-  "$dir/bin/python" -W 'ignore:Failed to initialize NumPy' -c "import torch; assert torch.__version__.split('+')[0] == '$TORCH_VERSION', torch.__version__"
+  "$dir/bin/python" -W 'ignore:Failed to initialize NumPy' \
+    -c "import torch; assert torch.__version__.split('+')[0] == '$TORCH_VERSION', torch.__version__"
   touch "$dir/.complete"
   log "built in $((SECONDS - start)) s"
   echo "$dir"

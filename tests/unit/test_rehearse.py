@@ -105,7 +105,10 @@ def test_a_failed_run_is_recorded_as_failed(lines: list[str], exit_code: int, pr
     assert r["log_tail"] == [line.rstrip("\n") for line in lines[-rehearse.TAIL_LINES:]]
 
 
-@pytest.mark.parametrize("lines, code", [([TEST, NODE], 0), ([TEST.replace("2927 passed", "1 failed, 2926 passed")], 1)])
+@pytest.mark.parametrize("lines, code", [
+    ([TEST, NODE], 0),
+    ([TEST.replace("2927 passed", "1 failed, 2926 passed")], 1),
+])
 def test_the_log_option_writes_the_result_and_fails_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           lines: list[str], code: int) -> None:
     log = tmp_path / "ci.log"

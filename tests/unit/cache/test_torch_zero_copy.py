@@ -1,8 +1,8 @@
 """``Shard.torch()`` is a tensor over the shard's file mapping, not a copy: through the agent's descriptor and directly.
 
 torch is not a test dependency (the index carries only its ~5.7 GB CUDA build), so this runs under the environment
-``hack/torch-env.sh`` keeps outside the repo (hash-checked from hack/torch/requirements.lock; ``make test`` builds it
-when missing, hence the ``tools`` mark). The client is not installed there: a training image gets it with
+``hack/torch-env.sh`` keeps outside the repo (hash-checked from hack/torch-env/requirements.lock; ``make test``
+builds it when missing, hence the ``tools`` mark). The client is not installed there: a training image gets it with
 ``--no-deps``, so the script puts only this checkout's ``controller/cache`` on the path, as ``trainguard.cache``, and
 the interpreter runs isolated (``-I``). One script per mode makes every observation (``import torch`` costs seconds)
 and the tests below judge them; what each shows is what a copy would fail, as in test_zero_copy_views.py for numpy:
