@@ -114,7 +114,7 @@ def run_ci(clone: Path, log: TextIO) -> tuple[int, list[float]]:
         return 130, at
 
 
-def result_of(lines: list[str], *, source: str, commit: str, started: str, finished: str | None,
+def result_of(lines: list[str], *, source: str, commit: str, started: str | None, finished: str | None,
               load_start: list[float] | None, load_end: list[float] | None, wall: float | None,
               exit_code: int | None, at: list[float] | None = None, log: str | None = None) -> dict[str, Any]:
     found = summaries(lines)
@@ -165,11 +165,11 @@ def markdown(result: dict[str, Any]) -> str:
     out = [
         "# CI rehearsal (`bash .ci/run` on a clean clone)",
         "",
-        f"Commit `{result['commit']}`, started {result['started_utc']}"
-        + (f", finished {result['finished_utc']}" if result["finished_utc"] else "")
-        + f"; {result['cpus']} CPUs, load average {result['loadavg_start']} at the start, {result['loadavg_end']} at "
-        "the end. Written by `hack/rehearse.py`"
-        + (" from an existing log (`--log`): not a rehearsal of its own." if result["source"] == "log" else "."),
+        (f"Commit `{result['commit']}`, started {result['started_utc']}, finished {result['finished_utc']}; "
+         f"{result['cpus']} CPUs, load average {result['loadavg_start']} at the start, {result['loadavg_end']} at the "
+         "end. Written by `hack/rehearse.py`." if result["source"] == "run" else
+         f"Commit `{result['commit']}`. Parsed by `hack/rehearse.py --log` from `{result['log']}`: not a rehearsal of "
+         "its own (no times or load averages of the run)."),
         "",
         "| command | passed | failed | errors | skipped | deselected | pytest time |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.log is not None:
         lines = args.log.read_text(errors="replace").splitlines(keepends=True)
         result = result_of(lines, source="log", commit=args.commit or git("rev-parse", "HEAD"),
-                           started=utc_now(), finished=None, load_start=None, load_end=None,
+                           started=None, finished=None, load_start=None, load_end=None,
                            wall=args.wall_seconds, exit_code=args.exit_code, log=str(args.log))
     else:
         commit = git("rev-parse", "HEAD")
