@@ -207,7 +207,7 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
     ``jobset`` is the JobSet as the apiserver last returned it (None when it does not exist).
     """
     status = copy.deepcopy(dict(TrainJob(trainjob).status))
-    conditions: list[Object] = [dict(c) for c in status.get("conditions") or []]
+    conditions: list[Object] = [dict(c) for c in TrainJob(trainjob).conditions]
     finished_before = is_finished(trainjob)
     transitions: list[Transition] = []
 
@@ -298,10 +298,10 @@ def job_state(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> 
 def _trainer_jobs(jobset: Mapping[str, Any]) -> dict[str, int]:
     """replicatedJob name -> replicas for the trainer step (ancestor label ``trainer``, else the job ``node``)."""
     jobs = JobSet(jobset).replicated_jobs
-    labelled = {j.raw["name"]: j.replicas for j in jobs if j.ancestor == "trainer"}
+    labelled = {j.name: j.replicas for j in jobs if j.ancestor == "trainer"}
     if labelled:
         return labelled
-    return {j.raw["name"]: j.replicas for j in jobs if j.name == "node"}
+    return {j.name: j.replicas for j in jobs if j.name == "node"}
 
 
 def _comparable(status: Mapping[str, Any]) -> Object:
