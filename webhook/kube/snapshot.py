@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
-from trainguard.webhook.api.views import AdmissionCheck, ClusterQueue, JobSet, LocalQueue, Meta
+from trainguard.webhook.api.views import AdmissionCheck, ClusterQueue, JobSet, LocalQueue, Meta, object_labels
 from trainguard.webhook.kube import resources as r
 from trainguard.webhook.kube.informer import Backoff, Informer, ListWatcher, strip_managed_fields
 from trainguard.webhook.kube.resources import Resource
@@ -35,7 +35,7 @@ def _by_name(inf: Informer) -> Mapping[str, Object]:
 
 def _labels_by_name(inf: Informer) -> Mapping[str, Mapping[str, str]]:
     return MappingProxyType(
-        {name: MappingProxyType(dict(Meta.of(obj).labels)) for (_, name), obj in inf.items()}
+        {name: MappingProxyType(dict(object_labels(obj))) for (_, name), obj in inf.items()}
     )
 
 

@@ -22,6 +22,7 @@ from trainguard.webhook.api.views import (
     Pod,
     TrainJob,
     object_key,
+    object_labels,
     resource_version,
 )
 
@@ -182,3 +183,13 @@ def test_meta_of_wraps_the_metadata_without_copying() -> None:
     obj = {"metadata": {"name": "a", "labels": {"x": "y"}}}
     assert Meta.of(obj).raw is obj["metadata"]
     assert Meta.of(obj).labels is obj["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    "obj, expected",
+    [({}, {}), ({"metadata": None}, {}), ({"metadata": {"labels": None}}, {}), ({"metadata": {"labels": ["a"]}}, {}),
+     ({"metadata": "text"}, {}), ({"metadata": {"labels": {"a": "b"}}}, {"a": "b"})],
+    ids=["absent", "null-metadata", "null", "wrong-type", "wrong-type-metadata", "present"],
+)
+def test_object_labels_reads_what_meta_labels_reads(obj, expected) -> None:
+    assert dict(object_labels(obj)) == expected == dict(Meta.of(obj).labels)

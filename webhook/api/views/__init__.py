@@ -30,7 +30,7 @@ levels and label selectors).
 """
 
 from trainguard.webhook.api.views.base import (
-    EMPTY, Condition, KubeObject, Meta, View, object_key, resolve, resource_version,
+    EMPTY, Condition, KubeObject, Meta, View, object_key, object_labels, resolve, resource_version,
 )
 from trainguard.webhook.api.views.dataset_cache import CacheSource, CacheStatus, DatasetCache
 from trainguard.webhook.api.views.jobset import (
@@ -76,6 +76,7 @@ __all__ = [
     "iter_pod_specs",
     "job_ancestor",
     "object_key",
+    "object_labels",
     "patch_template",
     "replicated_jobs",
     "resolve",
