@@ -130,8 +130,11 @@ def test_an_empty_value_constrains_or_sets_nothing(path, read, empty):
     assert read(TrainJobPolicy(policy(path, empty, TOPOLOGY))) == expected
 
 
-@pytest.mark.parametrize(("path", "read"), [(f[0], f[1]) for f in FIELDS if f[3].__class__ is list and f[0] != "topology.levels"]
-                         + [("topology.levels", lambda p: p.spec.topology.levels)], ids=lambda x: x if isinstance(x, str) else "")
+LISTS = [(f[0], f[1]) for f in FIELDS if isinstance(f[3], list) and f[0] != "topology.levels"]
+LISTS.append(("topology.levels", lambda p: p.spec.topology.levels))
+
+
+@pytest.mark.parametrize(("path", "read"), LISTS, ids=[x[0] for x in LISTS])
 def test_a_list_of_the_wrong_type_reads_as_empty(path, read):
     # Never iterated as written: a string would read as its characters.
     assert read(TrainJobPolicy(policy(path, "torch", TOPOLOGY))) in ((), None)
@@ -149,6 +152,17 @@ def test_a_section_of_the_wrong_type_reads_as_absent(section):
     with pytest.raises(PolicyParseError) as info:
         parse_policy(wrong)
     assert info.value.path == f"spec.{section}"
+
+
+@pytest.mark.parametrize("path", ["selector.runtimeSelector", "selector.namespaceSelector", "scheduling.kueue",
+                                  "scheduling.kai", "topology.levels", "selector.trainJobSelector.matchExpressions"])
+@pytest.mark.parametrize("wrong", ["x", 3, ["x"]])
+def test_an_object_of_the_wrong_type_never_raises(path, wrong):
+    view = TrainJobPolicy(policy(path, wrong, TOPOLOGY))
+    for _, read, *_ in FIELDS:
+        read(view)
+    if view.spec.selector.trainjob is not None:  # a malformed term has no known operator: it matches nothing
+        assert label_selector_matches(view.spec.selector.trainjob, {"k": "v"}) is (wrong != ["x"])
 
 
 @pytest.mark.parametrize(

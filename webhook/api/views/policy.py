@@ -9,17 +9,22 @@ or null field alike, so a policy read from a file (``render``, not defaulted by 
 policy means in a cluster. Lists read as tuples (empty when absent) and optional settings as None, the shapes the
 rules test with ``is None`` and ``in``.
 
-Like every view, this one assumes the shapes the door has checked (``dict.get`` chains below a section); a whole
-section of the wrong type reads as absent. Where the rules compare policies, the views compare by value: two label
-selectors are equal when they select alike (a null field is an absent field), two topologies when their defaulted
-settings are (``PolicyTopology.effective``).
+The door has checked every type before a rule reads the view; still, an object of the wrong type at any level reads
+as absent and a list of the wrong type as empty, so a view over an unchecked dict never raises (a scalar of the wrong
+type is returned as written: the door refuses it). Sub-views (the spec's sections, the selectors, the topology
+levels) are made once, with the view: the parse cache in ``trainguard.webhook.policy.matching`` keeps one view per
+stored policy version, and every review reads each section of every matching policy many times over. They wrap the
+same dicts, so nothing is copied.
+
+Where the rules compare policies, the views compare by value: two label selectors are equal when they select alike
+(a null field is an absent field), two topologies when their defaulted settings are (``PolicyTopology.effective``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from trainguard.webhook.api.views.base import KubeObject, View, _at2
+from trainguard.webhook.api.views.base import KubeObject, View, _mapping
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_MODE = "Enforce"
@@ -57,22 +62,25 @@ class LabelSelectorRequirement(View):
 
     @property
     def values(self) -> list[str] | None:
-        return self._one("values")
+        return self.raw.get("values")
 
 
 class LabelSelector(View):
     """A ``metav1.LabelSelector``, read by ``trainguard.webhook.api.meta.label_selector_matches``."""
 
-    __slots__ = ()
+    __slots__ = ("match_expressions",)
+
+    match_expressions: tuple[LabelSelectorRequirement, ...] | None
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        # Made once (see the module docstring): a selector is matched against every TrainJob of every review.
+        terms = self.raw.get("matchExpressions")
+        self.match_expressions = None if terms is None else tuple(LabelSelectorRequirement(t) for t in _tuple(terms))
 
     @property
     def match_labels(self) -> Mapping[str, str] | None:
-        return self._one("matchLabels")
-
-    @property
-    def match_expressions(self) -> list[LabelSelectorRequirement] | None:
-        terms = self._one("matchExpressions")
-        return None if terms is None else [LabelSelectorRequirement(t) for t in terms]
+        return self.raw.get("matchLabels")
 
     def __eq__(self, other: object) -> bool:
         # Equal selectors select alike: ``policy_rules`` treats two policies with equal selectors as overlapping.
@@ -90,29 +98,28 @@ def _selector(value: Any) -> LabelSelector | None:
 class PolicySelector(View):
     """``spec.selector``: every selector given must match; an absent one (None here) matches everything."""
 
-    __slots__ = ()
+    __slots__ = ("namespace", "trainjob", "runtime_labels")
 
-    @property
-    def namespace(self) -> LabelSelector | None:
-        return _selector(self._one("namespaceSelector"))
+    namespace: LabelSelector | None
+    trainjob: LabelSelector | None
+    runtime_labels: LabelSelector | None  # runtimeSelector.labelSelector
 
-    @property
-    def trainjob(self) -> LabelSelector | None:
-        return _selector(self._one("trainJobSelector"))
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        # Made once (see the module docstring).
+        self.namespace = _selector(self.raw.get("namespaceSelector"))
+        self.trainjob = _selector(self.raw.get("trainJobSelector"))
+        self.runtime_labels = _selector(_mapping(self.raw.get("runtimeSelector")).get("labelSelector"))
 
     @property
     def runtime_names(self) -> tuple[str, ...] | None:
         """``runtimeSelector.names``; None when absent or empty (no constraint)."""
-        return _tuple(_at2(self.raw, "runtimeSelector", "names")) or None
+        return _tuple(_mapping(self.raw.get("runtimeSelector")).get("names")) or None
 
     @property
     def runtime_kinds(self) -> tuple[str, ...] | None:
         """``runtimeSelector.kinds``; None when absent or empty (no constraint)."""
-        return _tuple(_at2(self.raw, "runtimeSelector", "kinds")) or None
-
-    @property
-    def runtime_labels(self) -> LabelSelector | None:
-        return _selector(_at2(self.raw, "runtimeSelector", "labelSelector"))
+        return _tuple(_mapping(self.raw.get("runtimeSelector")).get("kinds")) or None
 
 
 class KueueSettings(View):
@@ -122,31 +129,33 @@ class KueueSettings(View):
 
     @property
     def queue_name(self) -> str | None:
-        return self._one("queueName")
+        return self.raw.get("queueName")
 
     @property
     def priority_class(self) -> str | None:
-        return self._one("priorityClass")
+        return self.raw.get("priorityClass")
 
 
 class PolicyScheduling(View):
     """``spec.scheduling``."""
 
-    __slots__ = ()
+    __slots__ = ("kueue",)
 
-    @property
-    def kueue(self) -> KueueSettings | None:
-        """None when ``kueue`` is absent; a view (possibly of ``{}``) when it is written."""
-        kueue = self._one("kueue")
-        return None if kueue is None else KueueSettings(kueue)
+    kueue: KueueSettings | None
+    """None when ``kueue`` is absent; a view (possibly of ``{}``) when it is written."""
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        kueue = self.raw.get("kueue")
+        self.kueue = None if kueue is None else KueueSettings(kueue)
 
     @property
     def kai_queue(self) -> str | None:
-        return _at2(self.raw, "kai", "queue")
+        return _mapping(self.raw.get("kai")).get("queue")
 
     @property
     def scheduler_name(self) -> str | None:
-        return self._one("schedulerName")
+        return self.raw.get("schedulerName")
 
 
 class TopologyLevel(View):
@@ -175,30 +184,33 @@ class TopologyLevel(View):
 class PolicyTopology(View):
     """``spec.topology``, defaulted: gpuResourceName ``nvidia.com/gpu``, placement ``Preferred``, target ``Kueue``."""
 
-    __slots__ = ()
+    __slots__ = ("levels",)
+
+    levels: tuple[TopologyLevel, ...]
+    """Narrowest first, as written (the CRD requires at least one; ``policy_rules`` checks they grow)."""
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        # Made once (see the module docstring): the topology rule walks them several times per review.
+        self.levels = tuple(TopologyLevel(lv) for lv in _tuple(self.raw.get("levels")))
 
     @property
     def gpu_resource_name(self) -> str:
         # ``or``: an empty name counts GPUs of no resource; the CRD default stands in for it.
-        return self._one("gpuResourceName") or DEFAULT_GPU_RESOURCE
+        return self.raw.get("gpuResourceName") or DEFAULT_GPU_RESOURCE
 
     @property
     def placement(self) -> str:
-        return self._one("placement") or DEFAULT_PLACEMENT
+        return self.raw.get("placement") or DEFAULT_PLACEMENT
 
     @property
     def schedulers(self) -> tuple[str, ...]:
         """Who receives the hints: ``target`` Kueue, KAI or Both as ``("Kueue",)``, ``("KAI",)``, both."""
-        return SCHEDULERS_BY_TARGET.get(self._one("target") or DEFAULT_TARGET, ())
+        return SCHEDULERS_BY_TARGET.get(self.raw.get("target") or DEFAULT_TARGET, ())
 
     @property
     def kai_topology(self) -> str | None:
-        return self._one("kaiTopology")
-
-    @property
-    def levels(self) -> tuple[TopologyLevel, ...]:
-        """Narrowest first, as written (the CRD requires at least one; ``policy_rules`` checks they grow)."""
-        return tuple(TopologyLevel(lv) for lv in _tuple(self._one("levels")))
+        return self.raw.get("kaiTopology")
 
     def effective(self) -> dict[str, Any]:
         """The defaulted settings as one value: two policies' topologies agree when these are equal
@@ -220,32 +232,32 @@ class PolicyLimits(View):
 
     @property
     def max_nodes(self) -> int | None:
-        return self._one("maxNodes")
+        return self.raw.get("maxNodes")
 
     @property
     def max_gpus_per_node(self) -> int | None:
-        return self._one("maxGpusPerNode")
+        return self.raw.get("maxGpusPerNode")
 
     @property
     def max_total_gpus(self) -> int | None:
-        return self._one("maxTotalGpus")
+        return self.raw.get("maxTotalGpus")
 
     @property
     def allowed_runtimes(self) -> tuple[str, ...]:
-        return _tuple(self._one("allowedRuntimes"))
+        return _tuple(self.raw.get("allowedRuntimes"))
 
     @property
     def allowed_image_prefixes(self) -> tuple[str, ...]:
-        return _tuple(self._one("allowedImagePrefixes"))
+        return _tuple(self.raw.get("allowedImagePrefixes"))
 
     @property
     def required_requests(self) -> tuple[str, ...]:
         """``requiredResourceRequests``."""
-        return _tuple(self._one("requiredResourceRequests"))
+        return _tuple(self.raw.get("requiredResourceRequests"))
 
     @property
     def pod_security(self) -> str | None:
-        return self._one("podSecurity")
+        return self.raw.get("podSecurity")
 
 
 class PolicyDefaults(View):
@@ -255,73 +267,71 @@ class PolicyDefaults(View):
 
     @property
     def active_deadline_seconds(self) -> int | None:
-        return self._one("activeDeadlineSeconds")
+        return self.raw.get("activeDeadlineSeconds")
 
     @property
     def labels(self) -> Mapping[str, str] | None:
-        return self._one("labels") or None
+        return self.raw.get("labels") or None
 
     @property
     def node_selector(self) -> Mapping[str, str] | None:
-        return self._one("nodeSelector") or None
+        return self.raw.get("nodeSelector") or None
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...] | None:
-        return _tuple(self._one("tolerations")) or None
+        return _tuple(self.raw.get("tolerations")) or None
 
 
 class PolicySpec(View):
     """``spec`` of a TrainJobPolicy: mode and priority defaulted; every section a view (of ``{}`` when absent),
     except ``topology``, which is None when the policy gives none."""
 
-    __slots__ = ()
+    __slots__ = ("selector", "scheduling", "topology", "limits", "defaults")
+
+    selector: PolicySelector
+    scheduling: PolicyScheduling
+    topology: PolicyTopology | None
+    limits: PolicyLimits
+    defaults: PolicyDefaults
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        # Made once (see the module docstring).
+        raw = self.raw
+        self.selector = PolicySelector(raw.get("selector"))
+        self.scheduling = PolicyScheduling(raw.get("scheduling"))
+        topology = raw.get("topology")
+        self.topology = None if topology is None else PolicyTopology(topology)
+        self.limits = PolicyLimits(raw.get("limits"))
+        self.defaults = PolicyDefaults(raw.get("defaults"))
 
     @property
     def mode(self) -> str:
-        return self._one("mode") or DEFAULT_MODE
+        return self.raw.get("mode") or DEFAULT_MODE
 
     @property
     def priority(self) -> int:
         return self._one("priority", 0)
 
-    @property
-    def selector(self) -> PolicySelector:
-        return PolicySelector(self._one("selector"))
-
-    @property
-    def scheduling(self) -> PolicyScheduling:
-        return PolicyScheduling(self._one("scheduling"))
-
-    @property
-    def topology(self) -> PolicyTopology | None:
-        topology = self._one("topology")
-        return None if topology is None else PolicyTopology(topology)
-
-    @property
-    def limits(self) -> PolicyLimits:
-        return PolicyLimits(self._one("limits"))
-
-    @property
-    def defaults(self) -> PolicyDefaults:
-        return PolicyDefaults(self._one("defaults"))
 
 
 class TrainJobPolicy(KubeObject):
     """A TrainJobPolicy. ``spec`` is the typed ``PolicySpec`` (not the raw mapping ``KubeObject.spec`` gives): every
     reader of a policy's spec goes through it."""
 
-    __slots__ = ()
+    # ``spec`` and ``name`` are read for every matching policy many times per review (sort keys, messages): made
+    # once, with the view (a slot named ``spec`` takes the place of ``KubeObject.spec``).
+    __slots__ = ("spec", "name")
 
-    @property
-    def name(self) -> str:
-        return str(self.metadata.name or "")
+    spec: PolicySpec  # type: ignore[assignment]
+    name: str
 
-    @property
-    def spec(self) -> PolicySpec:  # type: ignore[override]
-        return PolicySpec(self._one("spec"))
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        super().__init__(raw)
+        self.spec = PolicySpec(self.raw.get("spec"))
+        self.name = str(self.metadata.name or "")
 
     @property
     def enforcing(self) -> bool:
         """``mode: Enforce`` (the default): violations deny; Audit only warns."""
         return self.spec.mode == "Enforce"
-
