@@ -12,8 +12,8 @@ Modules, roughly in the order a TrainJob meets them:
 * ``runtime_ref``    the runtime a TrainJob names, looked up as upstream's ``TrainJobValidator`` does
 * ``framework``      the door into the runtime framework (effective job, the plugins' TrainJob rules); ``shape``
                      the numbers policies reason about, read off the effective job
-* ``matching``       which TrainJobPolicies select a TrainJob, in priority order; ``policy_model`` their parsed,
-                     immutable form
+* ``matching``       which TrainJobPolicies select a TrainJob, in priority order; ``policy_model`` their door
+                     check (the API model), which hands the rules a read-only view of each
 * ``defaults``       what policies write at CREATE (Kueue and KAI labels, scheduler name, deadline, one
                      ``trainguard.io/policy`` runtimePatch with topology hints); ``topology`` the narrowest level that
                      holds the job; ``multikueue`` Kueue's ``managedBy``/``suspend`` defaulting for a queue a policy
