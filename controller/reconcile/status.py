@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping
 from trainguard.webhook.api import constants as api_constants
 from trainguard.webhook.api.apimachinery import format_time, parse_time
 from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
-from trainguard.webhook.api.views import Condition, JobSet, TrainJob
+from trainguard.webhook.api.views import Condition, JobSet, TrainJob, find_condition
 
 Object = dict[str, Any]
 
@@ -101,14 +101,6 @@ class StatusDecision:
 def is_managed_by_us(trainjob: Mapping[str, Any]) -> bool:
     managed_by = TrainJob(trainjob).managed_by
     return managed_by in (None, "", TRAINJOB_CONTROLLER)
-
-
-def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Condition | None:
-    for raw in conditions:
-        condition = Condition(raw)
-        if condition.type == type_:
-            return condition
-    return None
 
 
 def condition_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:

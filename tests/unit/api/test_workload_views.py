@@ -21,6 +21,7 @@ from trainguard.webhook.api.views import (
     ObjectList,
     Pod,
     TrainJob,
+    find_condition,
     object_key,
     object_labels,
     resource_version,
@@ -193,3 +194,25 @@ def test_meta_of_wraps_the_metadata_without_copying() -> None:
 )
 def test_object_labels_reads_what_meta_labels_reads(obj, expected) -> None:
     assert dict(object_labels(obj)) == expected == dict(Meta.of(obj).labels)
+
+
+READY = {"type": "Ready", "status": "True"}
+
+
+@pytest.mark.parametrize(
+    "conditions, found",
+    [
+        ([], None),
+        ([{"type": "Other", "status": "True"}], None),
+        ([None, "text", ["Ready"], {"type": None}], None),  # entries of the wrong type are passed over
+        ([{"type": "Other"}, READY], READY),
+        ([READY, {"type": "Ready", "status": "False"}], READY),  # the first one, as meta.FindStatusCondition
+    ],
+    ids=["empty", "absent", "wrong-types", "present", "first"],
+)
+def test_find_condition(conditions, found) -> None:
+    condition = find_condition(conditions, "Ready")
+    if found is None:
+        assert condition is None
+    else:
+        assert condition is not None and condition.raw is found and condition.is_true

@@ -30,7 +30,7 @@ levels and label selectors).
 """
 
 from trainguard.webhook.api.views.base import (
-    EMPTY, Condition, KubeObject, Meta, View, object_key, object_labels, resolve, resource_version,
+    EMPTY, Condition, KubeObject, Meta, View, find_condition, object_key, object_labels, resolve, resource_version,
 )
 from trainguard.webhook.api.views.dataset_cache import CacheSource, CacheStatus, DatasetCache
 from trainguard.webhook.api.views.jobset import (
@@ -73,6 +73,7 @@ __all__ = [
     "TrainJobPolicy",
     "Trainer",
     "View",
+    "find_condition",
     "iter_pod_specs",
     "job_ancestor",
     "object_key",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping as _Mapping
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 _new = object.__new__
@@ -217,6 +217,15 @@ class Condition(View):
     @property
     def last_transition_time(self) -> str | None:
         return self._one("lastTransitionTime") or None
+
+
+def find_condition(conditions: Iterable[Any], type_: str) -> Condition | None:
+    """The ``type_`` entry of a ``status.conditions`` list as a view (``meta.FindStatusCondition``); None when there
+    is none. The others are passed over without a view: the reconciler looks several types up per reconcile."""
+    for raw in conditions:
+        if (raw if type(raw) is dict else _mapping(raw)).get("type") == type_:
+            return Condition(raw)
+    return None
 
 
 class KubeObject(View):
