@@ -1,4 +1,6 @@
-"""The view machinery: ``resolve(obj, path)``, ``View`` over one JSON object, ``Meta`` and ``KubeObject``."""
+"""The view machinery: ``resolve(obj, path)``, ``View`` over one JSON object, ``Meta``, ``Condition`` and
+``KubeObject``; and, for the reads made for every watch event, the same metadata reads without a view
+(``object_key``, ``resource_version``, ``object_labels``) and ``find_condition``."""
 
 from __future__ import annotations
 
@@ -105,7 +107,7 @@ class Meta(View):
     def of(cls, obj: Mapping[str, Any] | None) -> Meta:
         """``KubeObject(obj).metadata`` in one allocation instead of two, and no ``__init__`` call: for the readers
         of every watch event and every cached object (the watch transforms, the snapshot's labels)."""
-        meta = obj.get("metadata") if type(obj) is dict else _mapping(obj).get("metadata")
+        meta = obj.get("metadata") if type(obj) is dict else _mapping(obj).get("metadata")  # _metadata, inlined
         view = _new(cls)
         view.raw = meta if type(meta) is dict else _mapping(meta)
         return view
