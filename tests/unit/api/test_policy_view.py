@@ -260,3 +260,13 @@ def test_topology_settings_compare_with_the_defaults_applied():
     assert PolicyTopology({"levels": [LEVEL]}).effective() == {
         "gpu_resource_name": "nvidia.com/gpu", "placement": "Preferred", "schedulers": ("Kueue",),
         "kai_topology": None, "levels": ({"node_label": "kubernetes.io/hostname", "gpus_per_domain": 8},)}
+
+
+@pytest.mark.parametrize("raw", [{}, {"nodeLabel": None, "gpusPerDomain": None, "key": None, "operator": None}, "x"],
+                         ids=["absent", "null", "wrong-type"])
+def test_a_level_and_a_term_read_missing_fields_as_empty(raw):
+    level = TopologyLevel(raw)
+    assert (level.node_label, level.gpus_per_domain) == ("", 0)  # a level that holds no GPU: never chosen
+    term = LabelSelector({"matchExpressions": [raw]}).match_expressions[0]
+    assert (term.key, term.operator, term.values) == ("", "", None)
+    assert label_selector_matches(LabelSelector({"matchExpressions": [raw]}), {"": ""}) is False  # no operator: no match

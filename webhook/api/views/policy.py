@@ -12,9 +12,9 @@ rules test with ``is None`` and ``in``.
 The door has checked every type before a rule reads the view; still, an object of the wrong type at any level reads
 as absent and a list of the wrong type as empty, so a view over an unchecked dict never raises (a scalar of the wrong
 type is returned as written: the door refuses it). Sub-views (the spec's sections, the selectors, the topology
-levels) are made once, with the view: the parse cache in ``trainguard.webhook.policy.matching`` keeps one view per
-stored policy version, and every review reads each section of every matching policy many times over. They wrap the
-same dicts, so nothing is copied.
+levels) and the name are made once, with the view: the parse cache in ``trainguard.webhook.policy.matching`` keeps
+one view per stored policy version, and every review reads each section of every matching policy many times over.
+They wrap the same dicts, so nothing is copied; the leaves are single ``dict.get`` reads.
 
 Where the rules compare policies, the views compare by value: two label selectors are equal when they select alike
 (a null field is an absent field), two topologies when their defaulted settings are (``PolicyTopology.effective``).
@@ -54,11 +54,13 @@ class LabelSelectorRequirement(View):
 
     @property
     def key(self) -> str:
-        return self._one("key", "")
+        value = self.raw.get("key")
+        return "" if value is None else value
 
     @property
     def operator(self) -> str:
-        return self._one("operator", "")
+        value = self.raw.get("operator")
+        return "" if value is None else value
 
     @property
     def values(self) -> list[str] | None:
@@ -98,7 +100,7 @@ def _selector(value: Any) -> LabelSelector | None:
 class PolicySelector(View):
     """``spec.selector``: every selector given must match; an absent one (None here) matches everything."""
 
-    __slots__ = ("namespace", "trainjob", "runtime_labels")
+    __slots__ = ("namespace", "trainjob", "runtime_labels", "_runtime")
 
     namespace: LabelSelector | None
     trainjob: LabelSelector | None
@@ -109,17 +111,18 @@ class PolicySelector(View):
         # Made once (see the module docstring).
         self.namespace = _selector(self.raw.get("namespaceSelector"))
         self.trainjob = _selector(self.raw.get("trainJobSelector"))
-        self.runtime_labels = _selector(_mapping(self.raw.get("runtimeSelector")).get("labelSelector"))
+        self._runtime = _mapping(self.raw.get("runtimeSelector"))
+        self.runtime_labels = _selector(self._runtime.get("labelSelector"))
 
     @property
     def runtime_names(self) -> tuple[str, ...] | None:
         """``runtimeSelector.names``; None when absent or empty (no constraint)."""
-        return _tuple(_mapping(self.raw.get("runtimeSelector")).get("names")) or None
+        return _tuple(self._runtime.get("names")) or None
 
     @property
     def runtime_kinds(self) -> tuple[str, ...] | None:
         """``runtimeSelector.kinds``; None when absent or empty (no constraint)."""
-        return _tuple(_mapping(self.raw.get("runtimeSelector")).get("kinds")) or None
+        return _tuple(self._runtime.get("kinds")) or None
 
 
 class KueueSettings(View):
@@ -139,7 +142,7 @@ class KueueSettings(View):
 class PolicyScheduling(View):
     """``spec.scheduling``."""
 
-    __slots__ = ("kueue",)
+    __slots__ = ("kueue", "_kai")
 
     kueue: KueueSettings | None
     """None when ``kueue`` is absent; a view (possibly of ``{}``) when it is written."""
@@ -148,10 +151,11 @@ class PolicyScheduling(View):
         super().__init__(raw)
         kueue = self.raw.get("kueue")
         self.kueue = None if kueue is None else KueueSettings(kueue)
+        self._kai = _mapping(self.raw.get("kai"))
 
     @property
     def kai_queue(self) -> str | None:
-        return _mapping(self.raw.get("kai")).get("queue")
+        return self._kai.get("queue")
 
     @property
     def scheduler_name(self) -> str | None:
@@ -165,11 +169,13 @@ class TopologyLevel(View):
 
     @property
     def node_label(self) -> str:
-        return self._one("nodeLabel", "")
+        value = self.raw.get("nodeLabel")
+        return "" if value is None else value
 
     @property
     def gpus_per_domain(self) -> int:
-        return self._one("gpusPerDomain", 0)
+        value = self.raw.get("gpusPerDomain")
+        return 0 if value is None else value
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TopologyLevel):
@@ -311,7 +317,8 @@ class PolicySpec(View):
 
     @property
     def priority(self) -> int:
-        return self._one("priority", 0)
+        value = self.raw.get("priority")
+        return 0 if value is None else value
 
 
 
