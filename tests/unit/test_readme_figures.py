@@ -2,13 +2,15 @@
 
 A figure printed with d decimals must lie within half a unit of its d-th place of the stored value, so a re-run
 that stores new results without the README changing (or a README edit without a re-run) fails here, naming the
-figure. Figures of runs that are not stored are not in this table: they are not backed.
+figure. One-off build and start times of earlier sessions are in ``measurements.json``, each with the commit and the
+closing note that report it. Figures of runs that are not stored are not in this table: they are not backed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable
@@ -94,6 +96,58 @@ def clock(seconds: Callable[[], float]) -> list[Callable[[], float]]:
     return [lambda: divmod(round(seconds()), 60)[0], lambda: divmod(round(seconds()), 60)[1]]
 
 
+def measured(name: str, *path: str, per: float = 1) -> Callable[[], float]:
+    """A one-off build or start time of an earlier session, as ``bench/results/measurements.json`` records it with the
+    commit and closing note that report it; ``per`` scales the stored unit to the README's (60: seconds to minutes)."""
+    def get() -> float:
+        value: Any = stored("measurements")["measurements"][name]
+        for key in path:
+            value = value[key]
+        return value / per
+    return get
+
+
+def to_nearest(step: float, value: Callable[[], float]) -> Callable[[], float]:
+    """A figure the README prints as "about N", N a multiple of ``step``: the stored value rounded to it."""
+    return lambda: round(value() / step) * step
+
+
+def upstream_cpu(config: str) -> list[float]:
+    # the webhook's CPU per admitted CREATE at each concurrency (upstream_bench.json, median of the rounds)
+    return [c["cpu_ms_per_create"] for c in stored("upstream_bench")["admission"][config].values()]
+
+
+def upstream_ratio(config: str, pick: Callable[..., float]) -> Callable[[], float]:
+    return lambda: pick(t / u for t, u in zip(upstream_cpu(config), upstream_cpu("upstream"), strict=True))
+
+
+def upstream_path_cpu(config: str) -> list[float]:
+    # webhook + kube-apiserver + etcd + bench client CPU per CREATE at each concurrency: the 2-core bound's sum
+    return [c["cpu_ms_per_create"] + c["apiserver_cpu_ms"] + c["etcd_cpu_ms"] + c["client_cpu_ms"]
+            for c in stored("upstream_bench")["admission"][config].values()]
+
+
+def bursts(side: str, key: str) -> list[float]:
+    return [b[key] for b in stored("upstream_bench")["bursts"][side]]
+
+
+def burst_ratios() -> list[float]:
+    trainguard, upstream = bursts("trainguard", "cpu_ms_per_trainjob"), bursts("upstream", "cpu_ms_per_trainjob")
+    return [t / u for t, u in zip(trainguard, upstream, strict=True)]
+
+
+def steady_rss(process: str) -> Callable[[], float]:
+    return lambda: stored("upstream_bench")["steady_rss_mib"][process]
+
+
+def ab_ratios(baseline: str) -> list[float]:
+    """webhook_ab.py's "new / old" of each cell: the median of the per-round ratios of CPU per CREATE."""
+    cells = stored(f"webhook_ab_{baseline}")["cells_result"]
+    return [statistics.median(n / o for o, n in zip(cells[f"old, {kind}"][conc]["cpu_ms_rounds"],
+                                                     cells[f"new, {kind}"][conc]["cpu_ms_rounds"], strict=True))
+            for kind in ("policy", "no policy") for conc in cells[f"old, {kind}"]]
+
+
 KB, MB = 1000, 1000 * 1000
 
 # (README text with each figure as a group, the stored values in the same order, scaled to the README's unit)
@@ -148,6 +202,108 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
     (r"costs ([\d.]+)-([\d.]+) ms of CPU in\s+the webhook, apiserver and etcd against ([\d.]+)-([\d.]+) ms without",
      [lambda: min(cpu_per_create("b")), lambda: max(cpu_per_create("b")),
       lambda: min(cpu_per_create("a")), lambda: max(cpu_per_create("a"))]),
+    # Node-local dataset cache: the rest of the benchmark paragraph (cache_bench.json)
+    (r"`\.venv/bin/python bench/cache_bench\.py`, about (\d+) s;",
+     [to_nearest(10, lambda: stored("cache_bench")["wall_seconds"])]),
+    (r"a single request per 4 MiB shard does not \(([\d.]+)x\)", [cache_row("4MiB", "vs_direct")]),
+    (r"Cold reads are disk-bound \(([\d.]+)-([\d.]+)x\)",
+     [lambda: min(r["vs_direct"] for r in stored("cache_bench")["rows"] if r["state"] == "cold"),
+      lambda: max(r["vs_direct"] for r in stored("cache_bench")["rows"] if r["state"] == "cold")]),
+    # The connection limits bullet (connection_bench.json)
+    (r"no TLS state until the client's first byte \(about ([\d.]+) KiB per silent socket\)",
+     [conn("after", "idle_kib_per_connection")]),
+    # Performance against upstream: the table and the paragraph after it (upstream_bench.json, webhook_ab_*.json)
+    (r"`\.venv/bin/python bench/upstream_bench\.py`, (\d+) min for the stored run",
+     [lambda: stored("upstream_bench")["duration_s"] / 60]),
+    (r"with a TrainJobPolicy, concurrency 1 / 16 / 64 \| ([\d.]+) / ([\d.]+) / ([\d.]+) ms \| ([\d.]+) / ([\d.]+) / "
+     r"([\d.]+) ms \| ([\d.]+)-([\d.]+)x \|",
+     [*(lambda i=i: upstream_cpu("upstream")[i] for i in range(3)),
+      *(lambda i=i: upstream_cpu("trainguard, policy")[i] for i in range(3)),
+      upstream_ratio("trainguard, policy", min), upstream_ratio("trainguard, policy", max)]),
+    (r"\| webhook CPU per admitted CREATE, no policy \| same \| ([\d.]+) / ([\d.]+) / ([\d.]+) ms \| "
+     r"([\d.]+)-([\d.]+)x \|",
+     [*(lambda i=i: upstream_cpu("trainguard, no policy")[i] for i in range(3)),
+      upstream_ratio("trainguard, no policy", min), upstream_ratio("trainguard, no policy", max)]),
+    (r"\| webhook RSS at 10,000 TrainJobs \| (\d+) MiB \(whole manager\) \| (\d+) MiB \| ([\d.]+)x \|",
+     [steady_rss("upstream"), steady_rss("trainguard webhook"),
+      lambda: steady_rss("trainguard webhook")() / steady_rss("upstream")()]),
+    (r"\| controller RSS at 10,000 TrainJobs \| (\d+) MiB \| (\d+) MiB \| ([\d.]+)x \|",
+     [steady_rss("upstream"), steady_rss("trainguard controller"),
+      lambda: steady_rss("trainguard controller")() / steady_rss("upstream")()]),
+    (r"\| reconcile CPU per TrainJob, bursts of 300 / 300 / 3,000 \| ([\d.]+)-([\d.]+) ms \| ([\d.]+)-([\d.]+) ms \| "
+     r"([\d.]+)-([\d.]+)x \|",
+     [lambda: min(bursts("upstream", "cpu_ms_per_trainjob")), lambda: max(bursts("upstream", "cpu_ms_per_trainjob")),
+      lambda: min(bursts("trainguard", "cpu_ms_per_trainjob")),
+      lambda: max(bursts("trainguard", "cpu_ms_per_trainjob")),
+      lambda: min(burst_ratios()), lambda: max(burst_ratios())]),
+    # every burst's writes print as the same whole number: the ones farthest from it are checked
+    (r"\| API writes per TrainJob \| (\d+) \| (\d+) \| (\d+)x \|",
+     [lambda: max(bursts("upstream", "writes_per_trainjob")), lambda: max(bursts("trainguard", "writes_per_trainjob")),
+      lambda: max(t / u for t, u in zip(bursts("trainguard", "writes_per_trainjob"),
+                                       bursts("upstream", "writes_per_trainjob"), strict=True))]),
+    (r"one admitted CREATE with a policy costs ([\d.]+)-([\d.]+) ms of CPU in all \(kube-apiserver ([\d.]+)-([\d.]+), "
+     r"webhook ([\d.]+)-([\d.]+)\), so the machine admits at most about (\d+)-(\d+) CREATEs a second",
+     [lambda: min(upstream_path_cpu("trainguard, policy")), lambda: max(upstream_path_cpu("trainguard, policy")),
+      lambda: min(c["apiserver_cpu_ms"] for c in stored("upstream_bench")["admission"]["trainguard, policy"].values()),
+      lambda: max(c["apiserver_cpu_ms"] for c in stored("upstream_bench")["admission"]["trainguard, policy"].values()),
+      lambda: min(upstream_cpu("trainguard, policy")), lambda: max(upstream_cpu("trainguard, policy")),
+      lambda: 2000 / max(upstream_path_cpu("trainguard, policy")),
+      lambda: 2000 / min(upstream_path_cpu("trainguard, policy"))]),
+    (r"loaded by other work \(load average ([\d.]+) at its end\)",
+     [lambda: stored("upstream_bench")["load_avg_end"][0]]),
+    (r"the same webhook measured ([\d.]+) ms and ([\d.]+) ms on different days",
+     [lambda: stored("admission_bench")["cpu_ms_per_create"]["b/c1"]["webhook"],
+      lambda: stored("webhook_ab_1c00805")["cells_result"]["old, policy"]["1"]["cpu_ms_per_create"]]),
+    (r"costs nothing measurable \(([\d.]+)-([\d.]+)x against b331e99\)",
+     [lambda: min(ab_ratios("b331e99")), lambda: max(ab_ratios("b331e99"))]),
+    # One-off build and start times of earlier sessions (measurements.json: each with the commit that reports it)
+    (r"the first time \(about (\d+) minutes on 2 cores, plus about (\d+) of CPU for upstream's manager",
+     [measured("first_build_tools", "seconds", per=60), measured("peer_build_cold", "cpu_seconds", per=60)]),
+    (r"takes ([\d.]+)-([\d.]+) minutes on 2 busy cores",
+     [measured("demo", "min_seconds", per=60), measured("demo", "max_seconds", per=60)]),
+    (r"into `~/\.cache/trainguard/peer/trainer-v2\.3\.0_<sha8 of that go\.mod>/`; (\d+) min (\d+) s of CPU when cold\)",
+     clock(measured("peer_build_cold", "cpu_seconds"))),
+    (r"ran `bash \.ci/run` in \*\*(\d+) min (\d+) s\*\* wall, of which `hack/build-tools\.sh all` took "
+     r"(\d+) min (\d+) s",
+     [*clock(measured("first_ci_cold", "seconds")), *clock(measured("first_build_tools", "seconds"))]),
+    (r"\(etcd (\d+) s, kube-apiserver (\d+) min (\d+) s, kubectl (\d+) s, helm (\d+) s, "
+     r"kube-controller-manager (\d+) s, kube-scheduler (\d+) s, kwok (\d+) s, JobSet controller (\d+) s, "
+     r"Kueue (\d+) min (\d+) s, module downloads included\) "
+     r"with a peak RSS of ([\d.]+) GB, and the ([\d,]+) tests of that time (\d+) min (\d+) s",
+     [measured("first_build_per_tool", "seconds", "etcd"),
+      *clock(measured("first_build_per_tool", "seconds", "kube-apiserver")),
+      *(measured("first_build_per_tool", "seconds", tool)
+        for tool in ("kubectl", "helm", "kube-controller-manager", "kube-scheduler", "kwok", "jobset-controller")),
+      *clock(measured("first_build_per_tool", "seconds", "kueue")),
+      measured("first_build_tools", "peak_rss_gb"), measured("first_ci_tests", "passed"),
+      *clock(measured("first_ci_tests", "seconds"))]),
+    (r"a cold build of (\d+) min (\d+) s CPU, measured at (\d+) min (\d+) s wall",
+     [*clock(measured("peer_build_cold", "cpu_seconds")), *clock(measured("peer_build_cold", "wall_seconds"))]),
+    (r"It leaves ([\d.]+) GB of caches \(Go build cache and binaries\) and ([\d.]+) GB of Go modules",
+     [measured("first_build_caches", "build_cache_and_binaries_gb"), measured("first_build_caches", "go_modules_gb")]),
+    (r"certificates included\): ([\d.]+)-([\d.]+) s over four runs",
+     [measured("cluster_start_to_ready", "min_seconds"), measured("cluster_start_to_ready", "max_seconds")]),
+    (r"Ready in (\d+)-(\d+) s quiet, (\d+)-(\d+) s loaded",
+     [measured("node_up_down", f"ready_{state}_{end}_seconds")
+      for state in ("quiet", "loaded") for end in ("min", "max")]),
+    (r"hack/node\.sh down # (\d+)-(\d+) s; puts the host back",
+     [measured("node_up_down", "down_min_seconds"), measured("node_up_down", "down_max_seconds")]),
+    (r"/bin`: (\d+) MB, (\d+) min cold \(BuildKit (\d+) of them\)",
+     [measured("node_binaries_cold", "size_mb"), measured("node_binaries_cold", "seconds", per=60),
+      measured("node_binaries_cold", "buildkit_seconds", per=60)]),
+    (r"the base by debootstrap from apt's mirror \((\d+)-(\d+) min cold\)",
+     [measured("image_base_cold", "min_seconds", per=60), measured("image_base_cold", "max_seconds", per=60)]),
+    (r"by BuildKit \((\d+)-(\d+) min cold, (\d+) s-(\d+) min after a code change",
+     [measured("image_trainguard", "cold_min_seconds", per=60),
+      measured("image_trainguard", "cold_max_seconds", per=60),
+      measured("image_trainguard", "after_change_min_seconds"),
+      measured("image_trainguard", "after_change_max_seconds", per=60)]),
+    (r"cached in `~/\.cache/trainguard/images/` \((\d+) MB\)", [measured("image_cache", "size_mb")]),
+    (r"\(cold, in the first build above: kwok (\d+) s, JobSet (\d+) s\)",
+     [measured("first_build_per_tool", "seconds", "kwok"),
+      measured("first_build_per_tool", "seconds", "jobset-controller")]),
+    (r"cold build (\d+) min (\d+) s in the first build above",
+     clock(measured("first_build_per_tool", "seconds", "kueue"))),
 ]
 
 
