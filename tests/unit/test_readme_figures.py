@@ -249,6 +249,8 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
       lambda: min(upstream_cpu("trainguard, policy")), lambda: max(upstream_cpu("trainguard, policy")),
       lambda: 2000 / max(upstream_path_cpu("trainguard, policy")),
       lambda: 2000 / min(upstream_path_cpu("trainguard, policy"))]),
+    (r"of trainguard's ([\d.]+)-([\d.]+) ms per CREATE, the smaller part is the review itself",
+     [lambda: min(upstream_cpu("trainguard, policy")), lambda: max(upstream_cpu("trainguard, policy"))]),
     (r"loaded by other work \(load average ([\d.]+) at its end\)",
      [lambda: stored("upstream_bench")["load_avg_end"][0]]),
     (r"the same webhook measured ([\d.]+) ms and ([\d.]+) ms on different days",
