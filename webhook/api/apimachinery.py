@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from trainguard.webhook.api.views import KubeObject
+from trainguard.webhook.api.views import Meta
 
 
 def _utc(moment: datetime) -> datetime:
@@ -43,7 +43,7 @@ def controller_reference(api_version: str, kind: str, owner: Mapping[str, Any]) 
 
     ``api_version`` and ``kind`` are the caller's constants, not the owner's fields: objects from a list carry
     neither."""
-    meta = KubeObject(owner).metadata
+    meta = Meta.of(owner)
     return {
         "apiVersion": api_version,
         "kind": kind,
@@ -56,7 +56,7 @@ def controller_reference(api_version: str, kind: str, owner: Mapping[str, Any]) 
 
 def controller_owner(obj: Mapping[str, Any], kind: str, group: str) -> str | None:
     """Name of the controlling owner of ``kind`` in API ``group`` (any version), or None."""
-    for ref in KubeObject(obj).metadata.owner_references:
+    for ref in Meta.of(obj).owner_references:
         if ref.get("controller") and ref.get("kind") == kind and str(ref.get("apiVersion", "")).split("/")[0] == group:
             return ref.get("name")
     return None

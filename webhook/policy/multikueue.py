@@ -40,7 +40,7 @@ import copy
 from typing import Any, Mapping
 
 from trainguard.webhook.api.constants import MULTIKUEUE_CONTROLLER, TRAINJOB_CONTROLLER
-from trainguard.webhook.api.views import KubeObject, TrainJob
+from trainguard.webhook.api.views import Meta, TrainJob
 from trainguard.webhook.policy.defaults import KUEUE_QUEUE_LABEL
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot
 
@@ -51,7 +51,7 @@ ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
 
 def _labels(obj: Object) -> Mapping[str, Any]:
-    return KubeObject(obj).metadata.labels
+    return Meta.of(obj).labels
 
 
 def dispatches(namespace: str, queue: str, snapshot: ClusterSnapshot) -> bool:

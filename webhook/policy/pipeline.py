@@ -49,7 +49,7 @@ from trainguard.webhook.api.constants import (
     TRAINJOB_KIND,
     TRAINJOB_POLICY_KIND,
 )
-from trainguard.webhook.api.views import KubeObject, TrainJob
+from trainguard.webhook.api.views import Meta, TrainJob
 from trainguard.webhook.field import FieldError, aggregate
 from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
@@ -78,7 +78,7 @@ CACHE_OBJECT = "DatasetCacheValidation"
 
 
 def _namespace(review: AdmissionInput) -> str:
-    return review.namespace or KubeObject(review.obj).metadata.namespace or ""
+    return review.namespace or Meta.of(review.obj).namespace or ""
 
 
 def _admits(review: AdmissionInput) -> bool:
@@ -156,7 +156,7 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
     if resolved.runtime is None:
         return _decide(list(resolved.errors), warnings, UPSTREAM)
     runtime = resolved.runtime
-    name = KubeObject(obj).metadata.name
+    name = Meta.of(obj).name
     upstream, plugin_warnings = framework.plugin_validation(
         obj, old, runtime, snapshot.jobsets.get((namespace, name)), snapshot.priority_classes or None)
     warnings += plugin_warnings
@@ -239,7 +239,7 @@ def validate_cluster_training_runtime(review: AdmissionInput, snapshot: ClusterS
         return Verdict.allow()
     warnings: list[str] = []
     if review.operation == "CREATE" and is_deprecated(review.obj):
-        name = KubeObject(review.obj).metadata.name
+        name = Meta.of(review.obj).name
         warnings.append(
             f'{CLUSTER_TRAINING_RUNTIME} "{name}" is deprecated and will be removed in a future release of '
             f"Kubeflow Trainer. See runtime deprecation policy: {DEPRECATION_POLICY_URL}"
@@ -256,7 +256,7 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
     """TrainJobPolicy: readable, sane topology and limits, no conflict with an overlapping equal-priority policy."""
     if not _admits(review):
         return Verdict.allow()
-    runtime_labels = [dict(KubeObject(r).metadata.labels)
+    runtime_labels = [dict(Meta.of(r).labels)
                       for r in list(snapshot.training_runtimes.values()) + list(snapshot.cluster_training_runtimes.values())]
     errors, warnings = policy_errors(review.obj, snapshot.policies, snapshot.namespace_labels, runtime_labels)
     return _decide(errors, warnings, POLICY_OBJECT)

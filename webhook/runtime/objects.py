@@ -12,7 +12,7 @@ import base64
 from typing import Any, Mapping
 
 from trainguard.webhook.api.apimachinery import controller_reference
-from trainguard.webhook.api.views import KubeObject
+from trainguard.webhook.api.views import Meta
 from trainguard.webhook.runtime.names import TRAINER_API_VERSION, TRAINJOB_KIND
 
 
@@ -27,7 +27,7 @@ def owned_object(api_version: str, kind: str, name: str, trainjob: Mapping[str, 
         "kind": kind,
         "metadata": {
             "name": name,
-            "namespace": KubeObject(trainjob).metadata.namespace,
+            "namespace": Meta.of(trainjob).namespace,
             "ownerReferences": [owner_reference(trainjob)],
         },
     }

@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from trainguard.webhook.api.views import KubeObject, TrainJob
+from trainguard.webhook.api.views import Meta, TrainJob
 from trainguard.webhook.runtime.draft import as_object
 
 DATA_KEY = "runtime.json"
@@ -51,7 +51,7 @@ def snapshot_name(trainjob_uid: str) -> str:
 
 def snapshot_owner(configmap: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """(namespace, name, uid) of the TrainJob a snapshot ConfigMap belongs to, from its labels; None if unlabelled."""
-    labels = KubeObject(configmap).metadata.labels
+    labels = Meta.of(configmap).labels
     owner = (labels.get(LABEL_OF_NAMESPACE), labels.get(LABEL_OF_NAME), labels.get(LABEL_OF_UID))
     return owner if all(isinstance(v, str) and v for v in owner) else None  # type: ignore[return-value]
 
@@ -61,9 +61,9 @@ def build_runtime_snapshot(trainjob: Any, runtime: Any, namespace: str) -> dict:
     when the runtime is too large to be stored."""
     tj, rt = as_object(trainjob), as_object(runtime)
     # managedFields is apiserver bookkeeping, not part of the runtime's meaning (``rt`` is our copy).
-    if "managedFields" in KubeObject(rt).metadata.raw:
+    if "managedFields" in Meta.of(rt).raw:
         rt["metadata"].pop("managedFields")
-    meta = TrainJob(tj).metadata
+    meta = Meta.of(tj)
     uid = meta.uid or ""
     if not uid:
         raise InvalidRuntimeSnapshot("invalid runtime snapshot: the TrainJob has no UID")
@@ -93,9 +93,9 @@ def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str]:
 def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict:
     """The runtime stored in ``configmap``, when it is the snapshot of this TrainJob kept in ``namespace``."""
     cm, tj = as_object(configmap), as_object(trainjob)
-    meta = TrainJob(tj).metadata
+    meta = Meta.of(tj)
     uid = meta.uid or ""
-    cm_meta = KubeObject(cm).metadata
+    cm_meta = Meta.of(cm)
     where = (cm_meta.namespace, cm_meta.name)
     if not uid or where != (namespace, snapshot_name(uid)):
         raise InvalidRuntimeSnapshot(
@@ -112,7 +112,7 @@ def runtime_from_snapshot(configmap: Any, trainjob: Any, namespace: str) -> dict
         raise InvalidRuntimeSnapshot("invalid runtime snapshot: not an object")
     kind, group, name = runtime_ref(tj)
     got_group = str(runtime.get("apiVersion", "")).split("/")[0]
-    got = (runtime.get("kind"), got_group, KubeObject(runtime).metadata.get("name"))
+    got = (runtime.get("kind"), got_group, Meta.of(runtime).get("name"))
     if got != (kind, group, name):
         raise InvalidRuntimeSnapshot(
             f"invalid runtime snapshot: holds {got[0]}.{got[1]} {got[2]!r}, runtimeRef names {kind}.{group} {name!r}"
