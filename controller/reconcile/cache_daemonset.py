@@ -75,6 +75,11 @@ def buildable_cache(cache: Any) -> DatasetCacheView:
     source, a clean hostPath, no ``..`` in the PVC's sub-path or the glob, a positive budget. The builders read the
     wire dict through the view only after this.
     """
+    return _checked(cache)[0]
+
+
+def _checked(cache: Any) -> tuple[DatasetCacheView, int]:
+    """``buildable_cache`` and the budget in bytes it parsed, which the DaemonSet needs: the quantity is parsed once."""
     if isinstance(cache, DatasetCacheModel):
         wire = cache.dump()
     else:
@@ -102,7 +107,7 @@ def buildable_cache(cache: Any) -> DatasetCacheView:
         raise DatasetCacheSpecError(str(exc)) from exc  # names spec.memoryBudget
     if budget <= 0:
         raise DatasetCacheSpecError("spec.memoryBudget must be greater than zero")
-    return view
+    return view, budget
 
 
 def _mounted_host_path(source: CacheSource) -> str:
@@ -138,12 +143,11 @@ def build_daemonset(
     agent pods are created by the controller, not the user, so this check is what keeps a namespace user's
     DatasetCache from mounting an arbitrary node directory past Pod Security.
     """
-    view = buildable_cache(cache)
+    view, budget = _checked(cache)
     refused = source_errors(view.raw, sources)
     if refused:
         raise SourceNotAllowed(aggregate(refused))
     cache_name, namespace, source = view.metadata.name, view.metadata.namespace, view.source
-    budget = view.memory_budget_bytes
     name = agent_name(cache_name)
     labels = selector_labels(cache_name)
     memory = str(budget + AGENT_OVERHEAD_BYTES)
