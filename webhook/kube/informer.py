@@ -264,7 +264,9 @@ class Informer:
             self.version += 1
 
     def _apply(self, event: WatchEvent) -> None:
-        rv = _rv(_checked(event.object))
+        if type(event.object) is not dict:  # _checked, inlined: every watch event comes through here
+            _checked(event.object)
+        rv = _rv(event.object)
         if event.type == "BOOKMARK":
             if rv:
                 self.resource_version = rv
