@@ -258,6 +258,9 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
       lambda: stored("webhook_ab_1c00805")["cells_result"]["old, policy"]["1"]["cpu_ms_per_create"]]),
     (r"costs nothing measurable \(([\d.]+)-([\d.]+)x against b331e99\)",
      [lambda: min(ab_ratios("b331e99")), lambda: max(ab_ratios("b331e99"))]),
+    (r"none either \(([\d.]+)-([\d.]+)x against b9a544a, (\d+) rounds\)",
+     [lambda: min(ab_ratios("b9a544a")), lambda: max(ab_ratios("b9a544a")),
+      lambda: stored("webhook_ab_b9a544a")["rounds"]]),
     # One-off build and start times of earlier sessions (measurements.json: each with the commit that reports it)
     (r"the first time \(about (\d+) minutes on 2 cores, plus about (\d+) of CPU for upstream's manager",
      [measured("first_build_tools", "seconds", per=60), measured("peer_build_cold", "cpu_seconds", per=60)]),
