@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rehearse: the working tree has uncommitted changes; rehearsing the commit {commit[:12]}",
                   file=sys.stderr)
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        args.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = args.log_dir / f"trainguard-rehearsal-{stamp}.log"
         clone = Path(tempfile.mkdtemp(prefix="trainguard-rehearsal-"))
         started, load_start, t0 = utc_now(), loadavg(), time.monotonic()
