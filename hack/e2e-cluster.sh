@@ -84,6 +84,7 @@ start() {
   local name=$1; shift
   setsid "$@" >"$e2e/$name.log" 2>&1 </dev/null &
   echo $! >"$e2e/$name.pid"
+  exec_seen "$e2e/$name.pid" "/$name"
 }
 
 # wait_for SECONDS WHAT COMMAND...: poll until COMMAND succeeds; on timeout or a dead component, fail with logs.

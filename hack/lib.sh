@@ -6,7 +6,22 @@ alive() {
   [[ -f $1 ]] || return 1
   pid=$(<"$1")
   [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
+  # A process that exits between the test and the read fails the read (ESRCH): not alive, and no message.
+  { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q -- "$2"
+}
+
+# exec_seen PIDFILE BINARY: wait (up to 10 s) until the process just started with `setsid BINARY ... &` shows
+# BINARY in its command line. Until the forked child has exec'd, /proc shows this script's command line, and a
+# check right after the start (`alive`, in a wait loop) would call a process that is still starting dead. Returns
+# early when the process is gone, so the caller's wait loop reports it with its log.
+exec_seen() {
+  local pid deadline=$((SECONDS + 10))
+  pid=$(<"$1")
+  until alive "$1" "$2"; do
+    kill -0 "$pid" 2>/dev/null || return 0
+    ((SECONDS < deadline)) || return 0
+    sleep 0.05
+  done
 }
 
 # free_port: a loopback TCP port nothing listens on right now.

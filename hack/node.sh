@@ -119,6 +119,7 @@ start() {
   local name=$1; shift
   setsid "$@" >"$logs/$name.log" 2>&1 </dev/null &
   echo $! >"$pids/$name.pid"
+  exec_seen "$pids/$name.pid" "/$name"
 }
 
 wait_for() {  # SECONDS WHAT COMMAND...
@@ -140,7 +141,8 @@ fail() {
     [[ -f $f ]] && { printf '==> %s <==\n' "$f" >&2; tail -n 15 "$f" >&2; }
   done
   down >&2 || true
-  die "up failed (the host was put back; logs above)"
+  # The reason again, last: a caller that keeps only the tail of the output (the tests do) still has it.
+  die "up failed: $1 (the host was put back; logs above)"
 }
 
 # sign NAME SUBJECT [EXT]: a key and certificate from the cluster CA, in $state/pki.
