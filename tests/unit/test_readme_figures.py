@@ -256,6 +256,17 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
     (r"the same webhook measured ([\d.]+) ms and ([\d.]+) ms on different days",
      [lambda: stored("admission_bench")["cpu_ms_per_create"]["b/c1"]["webhook"],
       lambda: stored("webhook_ab_1c00805")["cells_result"]["old, policy"]["1"]["cpu_ms_per_create"]]),
+    # Suite size and durations: the stored CI rehearsal (hack/rehearse.py, bench/results/ci_rehearsal.json)
+    (r"`make test` ran ([\d,]+) tests in (\d+) min (\d+) s on a clean clone",
+     [rehearsal("make test", "passed"), *clock(rehearsal("make test", "seconds"))]),
+    (r"`make test-node`: (\d+) tests in (\d+) min (\d+) s\) took (\d+) min (\d+) s wall",
+     [rehearsal("make test-node", "passed"), *clock(rehearsal("make test-node", "seconds")),
+      *clock(rehearsal(None, "wall_seconds"))]),
+    (r"added to the warm run \((\d+) min (\d+) s in the stored rehearsal\)", clock(rehearsal(None, "wall_seconds"))),
+    (r"`make test-node` took (\d+) min (\d+) s after `make test` ended, (\d+) min (\d+) s of it the tests",
+     [*clock(lambda: rehearsal("make test-node", "finished_at_seconds")()
+             - rehearsal("make test", "finished_at_seconds")()),
+      *clock(rehearsal("make test-node", "seconds"))]),
     (r"costs nothing measurable \(([\d.]+)-([\d.]+)x against b331e99\)",
      [lambda: min(ab_ratios("b331e99")), lambda: max(ab_ratios("b331e99"))]),
     (r"none either \(([\d.]+)-([\d.]+)x against b9a544a, (\d+) rounds\)",
