@@ -377,6 +377,14 @@ def start_cluster() -> tuple[Cluster, Path]:
     return c, state
 
 
+def stop_cluster(state: Path) -> None:
+    """``hack/cluster.sh down`` for a control plane ``start_cluster`` (or another ``cluster.sh up``) made in
+    ``state``, then its directory gone."""
+    subprocess.run([str(HACK / "cluster.sh"), "down"], capture_output=True, timeout=120,
+                   env={**os.environ, "TRAINGUARD_CLUSTER_DIR": str(state)})
+    shutil.rmtree(state, ignore_errors=True)
+
+
 def narrowed(configs: list[dict[str, Any]], namespaces: list[str]) -> list[dict[str, Any]]:
     for config in configs:
         for hook in config["webhooks"]:
@@ -517,9 +525,7 @@ def main() -> int:
         if peer is not None:
             peer.stop()
         if tg_state is not None:
-            subprocess.run([str(HACK / "cluster.sh"), "down"], capture_output=True, timeout=120,
-                           env={**os.environ, "TRAINGUARD_CLUSTER_DIR": str(tg_state)})
-            shutil.rmtree(tg_state, ignore_errors=True)
+            stop_cluster(tg_state)
         shutil.rmtree(work, ignore_errors=True)
 
 

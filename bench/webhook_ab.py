@@ -49,10 +49,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import yaml  # noqa: E402
 
-from tests.conftest import HACK  # noqa: E402
 from tests.integration.conftest import TRAINGUARD, WebhookProcess, free_port, temp_ca  # noqa: E402
 from trainguard.webhook.admission.registration import Registration, webhook_configurations  # noqa: E402
-from upstream_bench import Side, cpu_seconds, create_many, example_objects, narrowed, rss_mib, start_cluster  # noqa: E402
+from upstream_bench import (  # noqa: E402
+    Side, cpu_seconds, create_many, example_objects, narrowed, rss_mib, start_cluster, stop_cluster,
+)
 
 RESULTS = REPO / "bench" / "results"
 DEFAULT_BASELINE = "b331e99"  # the start of the session that renamed the packages (d64fd5b) and added the process shell
@@ -223,9 +224,7 @@ def main() -> int:
         for h in hooks.values():
             h.stop()
         if state is not None:
-            subprocess.run([str(HACK / "cluster.sh"), "down"], capture_output=True, timeout=120,
-                           env={**os.environ, "TRAINGUARD_CLUSTER_DIR": str(state)})
-            shutil.rmtree(state, ignore_errors=True)
+            stop_cluster(state)
         shutil.rmtree(work, ignore_errors=True)
 
 

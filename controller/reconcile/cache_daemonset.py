@@ -40,7 +40,7 @@ from trainguard.webhook.api.apimachinery import controller_reference, format_tim
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION
 from trainguard.webhook.api.quantity import QuantityError
 from trainguard.webhook.api.trainguard import DatasetCache as DatasetCacheModel
-from trainguard.webhook.api.views import CacheSource, CacheStatus, Condition, KubeObject, Pod
+from trainguard.webhook.api.views import CacheSource, CacheStatus, KubeObject, Pod, find_condition
 from trainguard.webhook.api.views import DatasetCache as DatasetCacheView
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
@@ -383,18 +383,15 @@ def compute_status(
 def kept_transition_time(previous: Mapping[str, Any] | None, cond_status: str, now: datetime) -> str:
     """``lastTransitionTime`` of the new Ready condition: the previous status's, while Ready keeps its status;
     ``now`` when it flips or there was none."""
-    old = Condition(CacheStatus(previous).ready_condition)
+    old = CacheStatus(previous).ready_condition
     if old.status == cond_status and old.last_transition_time:
         return old.last_transition_time
     return format_time(now)
 
 
 def _pod_ready(pod: Pod) -> bool:
-    for cond in pod.status.get("conditions") or []:
-        ready = Condition(cond)
-        if ready.type == "Ready":
-            return ready.is_true
-    return False
+    ready = find_condition(pod.status.get("conditions") or [], "Ready")
+    return ready is not None and ready.is_true
 
 
 def _owner_reference(view: DatasetCacheView) -> dict:

@@ -39,7 +39,7 @@ from trainguard.controller.reconcile.gates import GateReleaser
 from trainguard.controller.reconcile.trainjob import FIELD_MANAGER, Cache, ReconcileError, Result
 from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION, TRAINGUARD_GROUP
-from trainguard.webhook.api.views import CacheStatus, Condition, DatasetCache
+from trainguard.webhook.api.views import CacheStatus, DatasetCache
 from trainguard.webhook.field import aggregate
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import NotFound
@@ -158,7 +158,7 @@ class DatasetCacheReconciler:
         previous = DatasetCache(cache).status
         new_status = refused_status(cache, note, now=self._now(), previous=previous)
         await self._write_status(cache, previous, new_status)
-        if deleted or Condition(CacheStatus(previous).ready_condition).message != note:
+        if deleted or CacheStatus(previous).ready_condition.message != note:
             if deleted:
                 note += f"; the agent DaemonSet {agent_name(name)} was deleted"
             await self._events.record(cache, "Warning", REASON_SOURCE_NOT_ALLOWED, note)

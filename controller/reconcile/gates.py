@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from trainguard.webhook.api.constants import TRAINER_API_VERSION, TRAINJOB_KIND
-from trainguard.webhook.api.views import Condition, DatasetCache, Pod
+from trainguard.webhook.api.views import DatasetCache, Pod
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
 from trainguard.webhook.kube.informer import strip_managed_fields
@@ -124,7 +124,7 @@ def gated_pod_view(pod: Object) -> Object:
 
 def waiting_note(cache_name: str, cache: Mapping[str, Any]) -> str:
     ready, desired = cache_counts(cache)
-    reason = Condition(DatasetCache(cache).cache_status.ready_condition).reason
+    reason = DatasetCache(cache).cache_status.ready_condition.reason
     why = f" ({reason})" if reason else ""
     return (f"trainer pods are held by scheduling gate {WARM_GATE} until DatasetCache {cache_name} is warm on every "
             f"node it selects: {ready} of {desired} nodes warm{why}")

@@ -146,11 +146,12 @@ def deadline(trainjob: Mapping[str, Any]) -> datetime | None:
 def set_condition(conditions: list[Object], new: Object, now: datetime) -> None:
     """meta.SetStatusCondition: replace by type; keep lastTransitionTime unless the status flips."""
     wanted = Condition(new)
-    current = next((c for c in conditions if Condition(c).type == wanted.type), None)
-    if current is None:
+    found = find_condition(conditions, wanted.type)
+    if found is None:
         conditions.append({**new, "lastTransitionTime": wanted.last_transition_time or format_time(now)})
         return
-    if Condition(current).status != wanted.status:
+    current: Object = found.raw  # type: ignore[assignment]  # the list's own dict, updated in place
+    if found.status != wanted.status:
         current["status"] = wanted.status
         current["lastTransitionTime"] = wanted.last_transition_time or format_time(now)
     current["reason"] = wanted.reason

@@ -386,8 +386,9 @@ def _with_type(obj: Mapping[str, Any], kind: str = TRAINJOB_KIND) -> Object:
 def trainjobs_using_runtime(trainjobs: Any, runtime: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Keys of unfinished TrainJobs that reference ``runtime`` and have no snapshot yet is unknown here, so all
     unfinished referencing jobs: a runtime that appears late unblocks jobs that failed to find it."""
-    meta = KubeObject(runtime).metadata
-    kind = KubeObject(runtime).kind or (TRAINING_RUNTIME_KIND if meta.namespace else CLUSTER_TRAINING_RUNTIME_KIND)
+    view = KubeObject(runtime)
+    meta = view.metadata
+    kind = view.kind or (TRAINING_RUNTIME_KIND if meta.namespace else CLUSTER_TRAINING_RUNTIME_KIND)
     keys: list[tuple[str, str]] = []
     for (namespace, name), job in trainjobs.items():
         ref = TrainJob(job).runtime_ref

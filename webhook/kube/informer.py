@@ -305,4 +305,3 @@ def _checked(obj: Any) -> Object:
     if type(obj) is not dict:
         raise TypeError(f"a listed or watched object is not a JSON object: {type(obj).__name__}")
     return obj
-

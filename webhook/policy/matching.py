@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api.meta import label_selector_matches
-from trainguard.webhook.api.views import KubeObject, Runtime, TrainJob
+from trainguard.webhook.api.views import Meta, Runtime, TrainJob
 from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
 from trainguard.webhook.policy.runtime_ref import runtime_ref
 
@@ -45,7 +45,7 @@ _PARSED_MAX = 4096
 
 
 def _parse_cached(obj: dict[str, Any]) -> Policy:
-    meta = KubeObject(obj).metadata
+    meta = Meta.of(obj)
     uid, rv = meta.uid, meta.resource_version
     if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
         return parse_policy(obj)

@@ -97,10 +97,10 @@ CASES: list[tuple[str, Read, dict, Any]] = [
     ("conditions", lambda v: v.cache_status.conditions, status(conditions=None), []),
     ("conditions", lambda v: v.cache_status.conditions, status(conditions=READY), []),
     ("conditions", lambda v: v.cache_status.conditions, status(conditions=[READY]), [READY]),
-    ("ready_condition", lambda v: v.cache_status.ready_condition, {}, {}),
-    ("ready_condition", lambda v: v.cache_status.ready_condition, status(conditions=None), {}),
-    ("ready_condition", lambda v: v.cache_status.ready_condition, status(conditions=["Ready", None]), {}),
-    ("ready_condition", lambda v: v.cache_status.ready_condition,
+    ("ready_condition", lambda v: v.cache_status.ready_condition.raw, {}, {}),
+    ("ready_condition", lambda v: v.cache_status.ready_condition.raw, status(conditions=None), {}),
+    ("ready_condition", lambda v: v.cache_status.ready_condition.raw, status(conditions=["Ready", None]), {}),
+    ("ready_condition", lambda v: v.cache_status.ready_condition.raw,
      status(conditions=[{"type": "Other"}, READY]), READY),
 ]
 
@@ -132,11 +132,12 @@ def test_views_wrap_the_callers_dicts_without_copying() -> None:
     view = DatasetCache(obj)
     assert view.source.raw is obj["spec"]["source"]
     assert view.tolerations is obj["spec"]["tolerations"]
-    assert view.cache_status.ready_condition is obj["status"]["conditions"][0]
+    assert view.cache_status.ready_condition.raw is obj["status"]["conditions"][0]
 
 
 def test_a_bare_status_reads_as_the_objects() -> None:
     """``compute_status`` reads its ``previous`` status mapping with the same view as a whole object's status."""
     bare = {"nodesReady": 1, "conditions": [READY]}
-    assert CacheStatus(bare).ready_condition == DatasetCache({"status": bare}).cache_status.ready_condition == READY
-    assert CacheStatus(None).ready_condition == {} and CacheStatus(None).nodes_ready is None
+    assert (CacheStatus(bare).ready_condition.raw == DatasetCache({"status": bare}).cache_status.ready_condition.raw
+            == READY)
+    assert CacheStatus(None).ready_condition.raw == {} and CacheStatus(None).nodes_ready is None

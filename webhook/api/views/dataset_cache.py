@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from trainguard.webhook.api.quantity import QuantityError, parse_quantity
-from trainguard.webhook.api.views.base import EMPTY, KubeObject, View, _is_mapping, _list, _mapping, resolve
+from trainguard.webhook.api.views.base import (
+    EMPTY, Condition, KubeObject, View, _is_mapping, _list, _mapping, find_condition, resolve,
+)
 
 MEMORY_BUDGET_FIELD = "spec.memoryBudget"
 
@@ -91,13 +93,10 @@ class CacheStatus(View):
         return _list(self._one("conditions"))
 
     @property
-    def ready_condition(self) -> Mapping[str, Any]:
-        """The ``type: Ready`` condition (the only one written; a list-map keyed by type has one), else empty; read
-        its fields with ``Condition``."""
-        for cond in self.conditions:
-            if _is_mapping(cond) and cond.get("type") == "Ready":
-                return cond
-        return EMPTY
+    def ready_condition(self) -> Condition:
+        """The ``type: Ready`` condition (the only one written; a list-map keyed by type has one); a view of ``{}``
+        when there is none, whose fields read as Go's zero values."""
+        return find_condition(self.conditions, "Ready") or Condition(EMPTY)
 
 
 class DatasetCache(KubeObject):
