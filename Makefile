@@ -38,7 +38,10 @@ tools:
 torch-env:
 	hack/torch-env.sh build
 
-test: setup tools torch-env
+# The three installs are independent (pip, Go builds, the torch download): run side by side, the downloads overlap
+# the compiles on a cold machine.
+test:
+	@$(MAKE) --no-print-directory -j3 --output-sync=line setup tools torch-env
 	$(PY) -m pytest -m "not node"
 
 test-unit: setup
@@ -50,6 +53,9 @@ test-integration: setup tools
 # A real node (containerd + runc + kubelet on this machine, hack/node.sh, started by the tests' session fixture) and
 # the images built here: root only, changes host settings (restored at the end); for throwaway VMs and CI.
 test-node: setup tools
+	@# every host tool the builds, the node and the tests use (the lifecycle test snapshots the host with
+	@# iptables-save before hack/node.sh starts anything), installed before any of them runs
+	hack/deps.sh node node-host images
 	hack/build-tools.sh node
 	hack/images.sh build
 	$(PY) -m pytest -m node tests/node

@@ -7,7 +7,7 @@
 #           static pause binary), libseccomp-dev + pkg-config (runc's seccomp build tag)
 #   node-host: what `hack/node.sh` runs on the host: iptables (kube-proxy writes its rules with it; node.sh reads
 #           and restores them with iptables-save/-restore), nft (removes the empty tables iptables-nft leaves),
-#           nfacct (deletes the accounting objects kube-proxy creates)
+#           nfacct (deletes the accounting objects kube-proxy creates), ip and ss (iproute2), mount and umount
 #   images: what `hack/images.sh build` runs: debootstrap (the base root filesystem) and the keyring it checks the
 #           mirror's Release files with
 set -euo pipefail
@@ -15,7 +15,7 @@ set -euo pipefail
 declare -A GROUP=(
   [node]="gcc libc6-dev libseccomp-dev pkg-config"
   [images]="debootstrap debian-archive-keyring"
-  [node-host]="iptables nftables nfacct"
+  [node-host]="iptables nftables nfacct iproute2 mount"
 )
 
 [[ $# -gt 0 ]] || { echo "usage: hack/deps.sh ${!GROUP[*]}" >&2; exit 2; }

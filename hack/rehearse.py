@@ -9,6 +9,12 @@ the whole run) are read from ``bench/results/ci_rehearsal.json``, which this wri
                                       bench/results/ci_rehearsal.{json,md}
     hack/rehearse.py --log FILE       parse an existing log instead (no run: commit, wall time and exit code are
                                       what the options say, the result is marked "source": "log")
+    hack/rehearse.py --cold           the same from empty caches, as CI on a new machine: refuses unless the caches
+                                      .ci/run fills (trainguard's build cache, Go's module and build caches, pip's
+                                      cache) are absent or empty, so the run fills them itself; the result records
+                                      "cold": true and the directories checked
+    --cold --cache-root DIR           empty caches of its own under DIR (XDG_CACHE_HOME, GOMODCACHE, GOCACHE,
+                                      PIP_CACHE_DIR there), leaving this machine's caches alone; DIR must be empty
     --out PREFIX                      where the .json and .md go (default bench/results/ci_rehearsal)
 
 Only committed work is rehearsed (``git clone`` of HEAD): a dirty tree is not what CI would run. The pytest summary
@@ -92,13 +98,40 @@ def git(*args: str, cwd: Path = REPO) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_ci(clone: Path, log: TextIO) -> tuple[int, list[float]]:
+def cache_dirs(env: dict[str, str]) -> dict[str, Path]:
+    """The caches a run of .ci/run fills, where ``env`` puts them (the tools' own defaults otherwise)."""
+    home = Path(env.get("HOME", str(Path.home())))
+    xdg = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
+    return {
+        "trainguard": xdg / "trainguard",
+        "go-modules": Path(env.get("GOMODCACHE") or Path(env.get("GOPATH") or home / "go") / "pkg" / "mod"),
+        "go-build": Path(env.get("GOCACHE") or xdg / "go-build"),
+        "pip": Path(env.get("PIP_CACHE_DIR") or xdg / "pip"),
+    }
+
+
+def filled(dirs: dict[str, Path]) -> list[str]:
+    """The caches among ``dirs`` that hold anything: a cold run needs none."""
+    return [f"{name} ({path})" for name, path in dirs.items() if path.is_dir() and any(path.iterdir())]
+
+
+def cold_env(root: Path | None) -> dict[str, str]:
+    """The environment of a cold run: this one, or one whose caches all live in the empty directory ``root``."""
+    env = dict(os.environ)
+    if root is not None:
+        env.update(XDG_CACHE_HOME=str(root / "cache"), GOMODCACHE=str(root / "gomod"), GOCACHE=str(root / "gobuild"),
+                   PIP_CACHE_DIR=str(root / "pip"))
+    return env
+
+
+def run_ci(clone: Path, log: TextIO, env: dict[str, str] | None = None) -> tuple[int, list[float]]:
     """``bash .ci/run`` in ``clone``, every output line written to ``log`` as it comes; (exit code, the offset in
     seconds from the start at which each pytest summary line appeared)."""
     start = time.monotonic()
     at: list[float] = []
     proc = subprocess.Popen(["bash", ".ci/run"], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True)
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True,
+                            env=env)
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -116,7 +149,8 @@ def run_ci(clone: Path, log: TextIO) -> tuple[int, list[float]]:
 
 def result_of(lines: list[str], *, source: str, commit: str, started: str | None, finished: str | None,
               load_start: list[float] | None, load_end: list[float] | None, wall: float | None,
-              exit_code: int | None, at: list[float] | None = None, log: str | None = None) -> dict[str, Any]:
+              exit_code: int | None, at: list[float] | None = None, log: str | None = None,
+              cold: dict[str, str] | None = None) -> dict[str, Any]:
     found = summaries(lines)
     commands = []
     for i, name in enumerate(COMMANDS):
@@ -146,6 +180,9 @@ def result_of(lines: list[str], *, source: str, commit: str, started: str | None
         "loadavg_end": load_end,
         "exit_code": exit_code,
         "wall_seconds": wall,
+        # the caches the run started without (each absent or empty, checked before it), or null: warm caches
+        "cold": cold is not None,
+        "cold_caches": cold,
         "ok": not problems,
         "problems": problems,
         "commands": commands,
@@ -167,7 +204,10 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         (f"Commit `{result['commit']}`, started {result['started_utc']}, finished {result['finished_utc']}; "
          f"{result['cpus']} CPUs, load average {result['loadavg_start']} at the start, {result['loadavg_end']} at the "
-         "end. Written by `hack/rehearse.py`." if result["source"] == "run" else
+         "end. " + ("**Cold**: every cache empty at the start (" + ", ".join(f"{k} `{v}`" for k, v in
+                                                                        result["cold_caches"].items()) + "). "
+                    if result.get("cold") else "Caches warm. ") +
+         "Written by `hack/rehearse.py`." if result["source"] == "run" else
          f"Commit `{result['commit']}`. Parsed by `hack/rehearse.py --log` from `{result['log']}`: not a rehearsal of "
          "its own (no times or load averages of the run)."),
         "",
@@ -205,7 +245,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the run's log goes (default: the temp directory; it is not committed)")
     parser.add_argument("--keep", action="store_true", help="keep the clone (default: removed after the run)")
+    parser.add_argument("--cold", action="store_true", help="from empty caches only (refused when one holds anything)")
+    parser.add_argument("--cache-root", type=Path, help="with --cold: an empty directory for the run's own caches")
     args = parser.parse_args(argv)
+    if args.cache_root is not None and not args.cold:
+        parser.error("--cache-root goes with --cold")
+    env, cold = None, None
+    if args.cold:
+        if args.cache_root is not None:
+            if args.cache_root.exists() and any(args.cache_root.iterdir()):
+                parser.error(f"--cache-root {args.cache_root}: not empty")
+            args.cache_root.mkdir(parents=True, exist_ok=True)
+        env = cold_env(args.cache_root)
+        dirs = cache_dirs(env)
+        if full := filled(dirs):
+            parser.error("--cold: these caches are not empty: " + ", ".join(full) +
+                         " (remove them, or give --cache-root an empty directory)")
+        cold = {name: str(path) for name, path in dirs.items()}
 
     if args.log is not None:
         lines = args.log.read_text(errors="replace").splitlines(keepends=True)
@@ -227,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
             with open(log_path, "w") as log:
-                code, at = run_ci(clone, log)
+                code, at = run_ci(clone, log, env)
         finally:
             if not args.keep:
                 shutil.rmtree(clone, ignore_errors=True)
@@ -235,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = log_path.read_text(errors="replace").splitlines(keepends=True)
         result = result_of(lines, source="run", commit=commit, started=started, finished=utc_now(),
                            load_start=load_start, load_end=loadavg(), wall=wall, exit_code=code, at=at,
-                           log=str(log_path))
+                           log=str(log_path), cold=cold)
     write(result, args.out)
     print(markdown(result))
     if not result["ok"]:
