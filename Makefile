@@ -39,9 +39,10 @@ torch-env:
 	hack/torch-env.sh build
 
 # The three installs are independent (pip, Go builds, the torch download): run side by side, the downloads overlap
-# the compiles on a cold machine.
+# the compiles on a cold machine. Not --output-sync: a recipe line's output would wait until it ends (30 min cold);
+# each tool prefixes its own lines (build-tools:, torch-env:).
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=line setup tools torch-env
+	@$(MAKE) --no-print-directory -j3 setup tools torch-env
 	$(PY) -m pytest -m "not node"
 
 test-unit: setup
