@@ -16,6 +16,7 @@ Every test under tests/node/ is marked ``node`` here (``make test`` and ``make t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -63,10 +64,23 @@ def node_dir() -> Path:
     return Path(out.stdout.strip())
 
 
+# What hack/node.sh and the tests run on the host (hack/deps.sh node-host installs them; make test-node does first).
+HOST_TOOLS = ("iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
+              "nft", "nfacct", "ip", "ss", "mount", "umount")
+
+
+def require_host_tools() -> None:
+    missing = [t for t in HOST_TOOLS if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"host tools missing: {', '.join(missing)}; run `hack/deps.sh node-host` (make test-node does "
+                    "before any test)")
+
+
 def require_node_prerequisites(images: tuple[str, ...]) -> None:
     """Fail (never skip) with what to run when the node cannot come up here."""
     if os.geteuid() != 0:
         pytest.fail("the node tests need root (hack/node.sh mounts, creates interfaces and cgroups, writes sysctls)")
+    require_host_tools()
     bins = node_dir()
     missing = [b for b in NODE_BINARIES if not (bins / b).is_file()]
     if missing:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.conftest import IMAGES, POD_CIDR, hack, node_down, node_up
+from tests.node.conftest import IMAGES, POD_CIDR, hack, node_down, node_up, require_host_tools
 
 pytestmark = pytest.mark.node
 
@@ -179,6 +179,7 @@ def still_running(pids: dict[str, int], within: float = 15.0) -> list[str]:
 def test_up_runs_a_pod_refuses_a_second_up_and_down_puts_the_host_back(tmp_path: Path) -> None:
     status = hack("node.sh", "status")
     assert status.returncode == 1, f"a node is already up on this machine; `hack/node.sh down` first:\n{status.stdout}"
+    require_host_tools()  # the snapshot below reads the host with them, before node.sh could install any
     before = host_state()
 
     node = node_up(tmp_path / "logs", images=("pause", "base"))
