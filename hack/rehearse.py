@@ -52,6 +52,14 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SUMMARY = re.compile(r"^=+ (?P<counts>.+?) in (?P<seconds>\d+(?:\.\d+)?)s(?: \((?P<hms>\d+:\d{2}:\d{2})\))? =+$")
 COUNT = re.compile(r"^(?P<n>\d+) (?P<word>[a-z]+)$")
 TAIL_LINES = 40
+# What the installs print when a step ends: `build-tools: kube-apiserver: built in 312 s`, `torch-env: built in 166 s`,
+# `images: base: built in 95 s (312M)`, `build-tools: done in 1803 s`.
+BUILT = re.compile(r"^(?P<tool>build-tools|torch-env|images): (?:(?P<what>[\w./-]+): )?(?:built|done) in (?P<s>\d+) s")
+# pytest --durations=0 lines: `12.34s call     tests/unit/x.py::test_a[p]`
+DURATION = re.compile(r"^(?P<s>\d+(?:\.\d+)?)s (?P<phase>setup|call|teardown) +(?P<test>tests/\S+)")
+# The rehearsal asks pytest for every test's durations (setup, call, teardown: a module's or session's fixtures are
+# in its first test's setup), so the time of a suite can be put on its folders.
+PYTEST_ADDOPTS = "--durations=0 --durations-min=0"
 
 
 def parse_summary(line: str) -> dict[str, Any] | None:
@@ -84,6 +92,34 @@ def parse_summary(line: str) -> dict[str, Any] | None:
 
 def summaries(lines: Iterable[str]) -> list[dict[str, Any]]:
     return [s for s in map(parse_summary, lines) if s is not None]
+
+
+def build_steps(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """Each install step that reported its time, in order (a cached step prints no time and is absent)."""
+    out = []
+    for line in lines:
+        found = BUILT.match(ANSI.sub("", line).strip())
+        if found:
+            out.append({"tool": found["tool"], "what": found["what"] or "all", "seconds": int(found["s"])})
+    return out
+
+
+def folder_seconds(lines: Iterable[str], depth: int = 3) -> list[dict[str, Any]]:
+    """Seconds of setup + call + teardown per test folder (``tests/integration/chart``: the first ``depth`` parts
+    of the path), slowest first, from pytest's ``--durations=0`` report."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for line in lines:
+        found = DURATION.match(ANSI.sub("", line).strip())
+        if not found:
+            continue
+        parts = found["test"].split("::")[0].split("/")
+        folder = "/".join(parts[:depth]) if len(parts) > depth else "/".join(parts[:-1])
+        sums[folder] = sums.get(folder, 0.0) + float(found["s"])
+        if found["phase"] == "call":
+            counts[folder] = counts.get(folder, 0) + 1
+    return [{"folder": f, "seconds": round(t, 1), "tests": counts.get(f, 0)}
+            for f, t in sorted(sums.items(), key=lambda kv: -kv[1])]
 
 
 def loadavg() -> list[float]:
@@ -124,6 +160,12 @@ def cold_env(root: Path | None) -> dict[str, str]:
     return env
 
 
+def run_env(base: dict[str, str] | None) -> dict[str, str]:
+    env = dict(base if base is not None else os.environ)
+    env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + " " + PYTEST_ADDOPTS).strip()
+    return env
+
+
 def run_ci(clone: Path, log: TextIO, env: dict[str, str] | None = None) -> tuple[int, list[float]]:
     """``bash .ci/run`` in ``clone``, every output line written to ``log`` as it comes; (exit code, the offset in
     seconds from the start at which each pytest summary line appeared)."""
@@ -131,7 +173,7 @@ def run_ci(clone: Path, log: TextIO, env: dict[str, str] | None = None) -> tuple
     at: list[float] = []
     proc = subprocess.Popen(["bash", ".ci/run"], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True,
-                            env=env)
+                            env=run_env(env))
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -186,6 +228,8 @@ def result_of(lines: list[str], *, source: str, commit: str, started: str | None
         "ok": not problems,
         "problems": problems,
         "commands": commands,
+        "build_steps": build_steps(lines),
+        "folders": folder_seconds(lines),
         "log": log,
         "log_tail": [ANSI.sub("", line.rstrip("\n")) for line in lines[-TAIL_LINES:]] if problems else [],
     }
@@ -221,6 +265,15 @@ def markdown(result: dict[str, Any]) -> str:
         else:
             out.append(f"| `{c['name']}` | did not run | | | | | |")
     out += ["", f"Wall time of the whole run: {minutes(result['wall_seconds'])}; exit code {result['exit_code']}.", ""]
+    if result.get("build_steps"):
+        out += ["Install steps that ran (cached ones print no time):", "", "| step | time |", "|---|---:|"]
+        out += [f"| {b['tool']} {b['what']} | {minutes(b['seconds'])} |" for b in result["build_steps"]]
+        out.append("")
+    if result.get("folders"):
+        out += ["Test time per folder (setup + call + teardown, pytest `--durations=0`; both commands):", "",
+                "| folder | tests | time |", "|---|---:|---:|"]
+        out += [f"| `{f['folder']}` | {f['tests']} | {minutes(f['seconds'])} |" for f in result["folders"]]
+        out.append("")
     if result["problems"]:
         out += ["**FAILED**: " + "; ".join(result["problems"]) + f". Log: `{result['log']}`.", ""]
     return "\n".join(out)

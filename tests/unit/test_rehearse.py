@@ -120,3 +120,40 @@ def test_the_log_option_writes_the_result_and_fails_loudly(tmp_path: Path, capsy
     assert stored["commands"][0]["passed"] == (2927 if code == 0 else 2926)
     assert "| `make test` |" in out.with_suffix(".md").read_text()
     assert ("FAILED" in capsys.readouterr().err) is (code != 0)
+
+
+def test_install_steps_and_folder_times_are_read_from_the_log() -> None:
+    log = [
+        "build-tools: etcd: building . (module hack/tools/etcd) ...\n",
+        "build-tools: etcd: built in 42 s\n",
+        "build-tools: kubectl: cached\n",
+        "\x1b[0mtorch-env: built in 166 s\n",
+        "images: base: built in 95 s (312M)\n",
+        "build-tools: done in 1803 s\n",
+        "12.50s setup    tests/integration/chart/test_chart.py::test_install\n",
+        "3.25s call     tests/integration/chart/test_chart.py::test_install\n",
+        "0.25s teardown tests/integration/chart/test_chart.py::test_install\n",
+        "1.00s call     tests/unit/policy/test_x.py::test_a[p-1]\n",
+        "2.00s call     tests/unit/test_cli.py::test_b\n",
+        "(12 durations < 0.005s hidden.)\n",
+    ]
+    assert rehearse.build_steps(log) == [
+        {"tool": "build-tools", "what": "etcd", "seconds": 42}, {"tool": "torch-env", "what": "all", "seconds": 166},
+        {"tool": "images", "what": "base", "seconds": 95}, {"tool": "build-tools", "what": "all", "seconds": 1803}]
+    assert rehearse.folder_seconds(log) == [
+        {"folder": "tests/integration/chart", "seconds": 16.0, "tests": 1},
+        {"folder": "tests/unit", "seconds": 2.0, "tests": 1},
+        {"folder": "tests/unit/policy", "seconds": 1.0, "tests": 1}]
+    assert "--durations=0" in rehearse.run_env({"PATH": "/bin"})["PYTEST_ADDOPTS"]
+
+
+def test_cold_refuses_filled_caches(tmp_path: Path) -> None:
+    env = rehearse.cold_env(tmp_path)
+    dirs = rehearse.cache_dirs(env)
+    assert set(dirs) == {"trainguard", "go-modules", "go-build", "pip"}
+    assert all(str(d).startswith(str(tmp_path)) for d in dirs.values())
+    assert rehearse.filled(dirs) == []
+    (dirs["go-build"]).mkdir(parents=True)
+    assert rehearse.filled(dirs) == []  # an empty directory is cold
+    (dirs["go-build"] / "x").write_text("")
+    assert rehearse.filled(dirs) == [f"go-build ({dirs['go-build']})"]
