@@ -21,12 +21,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import stat
 import threading
 from dataclasses import dataclass, field
 
 from trainguard.cache.protocol import ErrorCode, ProtocolError, encode, validate_shard_name
+from trainguard.cache.shard_glob import ShardGlob
 
 CHECKSUM_ALGORITHM = "sha256"
 _HASH_SLICE = 16 << 20
@@ -105,35 +105,6 @@ class ScanResult:
     refused: list[str] = field(default_factory=list)  # matched the glob but escape the root or are not files
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a shard glob over relative POSIX names: ``*`` and ``?`` stay within one directory, ``**/``
-    spans any number of directories (including none), ``[...]`` is a character class."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1 : end].replace("\\", "\\\\")
-            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
 class ShardIndex:
     """Shards under ``root`` whose relative names match ``pattern``."""
 
@@ -146,7 +117,7 @@ class ShardIndex:
         # Held while an entry's figures change (scan and residency passes run in worker threads) and by the
         # agent's fast path while it checks a descriptor against them and describes the shard.
         self.lock = threading.Lock()
-        self._match = glob_regex(pattern)
+        self._match = ShardGlob(pattern)  # linear in each name: a glob cannot stall the scan (shard_glob)
         self.entries: dict[str, ShardEntry] = {}
         # Every served descriptor is opened by walking down from this directory one component at a time with
         # O_NOFOLLOW (``open_file``), so no symlink (in the name or in a parent swapped in after realpath) is

@@ -18,7 +18,8 @@ import pytest
 from trainguard.cache import pages
 from trainguard.cache.agent import eviction_order, plan_warm_set
 from trainguard.cache.client import CacheClient, CacheError
-from trainguard.cache.index import ShardEntry, glob_regex
+from trainguard.cache.index import ShardEntry
+from trainguard.cache.shard_glob import ShardGlob
 from trainguard.cache.protocol import HEADER, MAX_REQUEST_BYTES, encode
 
 
@@ -103,7 +104,7 @@ def test_glob_selects_shards(dataset: Path, start_agent: Any) -> None:
     ],
 )
 def test_glob_semantics(pattern: str, name: str, matches: bool) -> None:
-    assert bool(glob_regex(pattern).match(name)) is matches
+    assert ShardGlob(pattern).match(name) is matches
 
 
 @pytest.mark.parametrize(
