@@ -4,8 +4,9 @@ Event handlers only turn a watch event into a queue key (they never block):
 * TrainJob -> itself (DELETED also -> its runtime snapshot, for garbage collection); JobSet / ConfigMap / PodGroup
   -> their controlling TrainJob owner; a runtime snapshot (``--snapshot-namespace``) -> itself: a snapshot whose
   TrainJob is gone is deleted, and the initial list makes this the orphan sweep at every start;
-* TrainJobPolicy, or a Namespace's labels -> every TrainJob blocked by policy (in that namespace): it may be
-  allowed now (``enforcement``);
+* TrainJobPolicy, or a Namespace's labels -> every unfinished TrainJob (in that namespace): it may be blocked or
+  allowed now, or warned about while it runs (``enforcement``); a Kueue Workload -> its controlling TrainJob (a
+  blocked job's Workload is deactivated once Kueue creates it, ``quota``);
 * TrainingRuntime / ClusterTrainingRuntime -> the unfinished TrainJobs that reference it (a runtime created after
   its jobs unblocks them at once instead of at the next backoff);
 * DatasetCache -> itself and the TrainJobs in its namespace that name it; DaemonSet / agent Pod -> their cache;
@@ -31,7 +32,8 @@ from typing import Any
 
 from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
 from trainguard.controller.reconcile.datasetcache import DatasetCacheReconciler
-from trainguard.controller.reconcile.enforcement import blocked_trainjobs
+from trainguard.controller.reconcile.enforcement import rechecked_trainjobs
+from trainguard.controller.reconcile.quota import JOB_UID_LABEL, WorkloadIndex, workload_view
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
@@ -44,7 +46,7 @@ from trainguard.webhook.api.constants import (
     TRAINING_RUNTIME_KIND,
     TRAINJOB_KIND,
 )
-from trainguard.webhook.api.views import KubeObject, TrainJob
+from trainguard.webhook.api.views import KubeObject, TrainJob, object_labels
 from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
@@ -60,6 +62,7 @@ from trainguard.webhook.kube.resources import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
     VOLCANO_PODGROUPS,
+    WORKLOADS,
 )
 from trainguard.webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
@@ -140,6 +143,9 @@ class Controller:
         # (picked up once its CRD is installed), not a warning on every retry.
         self.podgroups = ([informer(COSCHEDULING_PODGROUPS, absent_ok=True), informer(VOLCANO_PODGROUPS, absent_ok=True)]
                           if settings.watch_podgroups else [])
+        # Kueue's Workloads of jobs (optional: Kueue may not be installed), trimmed to what ``quota`` reads.
+        self.workloads = informer(WORKLOADS, absent_ok=True, label_selector=JOB_UID_LABEL, transform=workload_view)
+        self.workload_index = WorkloadIndex(self.workloads)
         # TrainJobPolicies and Namespace labels for the Enforce check, through the webhook's own snapshot builders.
         self.policy_view = ClusterCaches(
             kube, ClusterSnapshot, fields=[f for f in SNAPSHOT_FIELDS if f.name in POLICY_VIEW_FIELDS],
@@ -151,9 +157,10 @@ class Controller:
         self.namespaces = self.policy_view.informers["namespace_labels"]
         self._informers = [self.trainjobs, self.jobsets, self.configmaps, self.snapshots, self.training_runtimes,
                            self.cluster_training_runtimes, self.dataset_caches, self.daemonsets, self.agent_pods,
-                           self.gated_pods, self.policies, self.namespaces, *self.podgroups]
-        # PodGroup CRDs are optional (scheduler-plugins / Volcano may not be installed): they do not gate readiness.
-        self._required = self._informers[: len(self._informers) - len(self.podgroups)]
+                           self.gated_pods, self.policies, self.namespaces, *self.podgroups, self.workloads]
+        # PodGroup and Workload CRDs are optional (scheduler-plugins / Volcano / Kueue may not be installed): they do
+        # not gate readiness.
+        self._required = self._informers[: len(self._informers) - len(self.podgroups) - 1]
 
         events = EventRecorder(kube, identity)
         self.trainjob_reconciler = TrainJobReconciler(
@@ -164,6 +171,7 @@ class Controller:
                 dataset_caches=self.dataset_caches, cluster_snapshot=self.policy_view.snapshot,
                 coscheduling_podgroups=self.podgroups[0] if self.podgroups else None,
                 volcano_podgroups=self.podgroups[1] if self.podgroups else None,
+                workloads=self.workload_index,
             ),
             events,
             snapshot_namespace=settings.snapshot_namespace,
@@ -206,19 +214,24 @@ class Controller:
             if owner:
                 add((TRAINJOB, object_key(ev.obj)[0], owner))
 
-        for inf in (self.jobsets, self.configmaps, *self.podgroups):
+        def workload_changed(ev: CacheEvent) -> None:
+            self.workload_index.update(ev.type, ev.obj)
+
+        # Indexed before the owner is queued, so its reconcile finds the Workload.
+        self.workloads.add_handler(workload_changed)
+        for inf in (self.jobsets, self.configmaps, *self.podgroups, self.workloads):
             inf.add_handler(owned)
 
         def policy_changed(ev: CacheEvent) -> None:
-            for ns, name in blocked_trainjobs(self.trainjobs.items()):
+            for ns, name in rechecked_trainjobs(self.trainjobs.items()):
                 add((TRAINJOB, ns, name))
 
         def namespace_changed(ev: CacheEvent) -> None:
-            # Only label changes matter: a namespace that was just ADDED (or listed at start) holds no blocked job
-            # this replica has not queued anyway.
-            if ev.type != "MODIFIED":
+            # Only label changes matter: a namespace that was just ADDED (or listed at start) holds no job this
+            # replica has not queued anyway.
+            if ev.type != "MODIFIED" or (ev.old is not None and object_labels(ev.old) == object_labels(ev.obj)):
                 return
-            for ns, name in blocked_trainjobs(self.trainjobs.items(), object_key(ev.obj)[1]):
+            for ns, name in rechecked_trainjobs(self.trainjobs.items(), object_key(ev.obj)[1]):
                 add((TRAINJOB, ns, name))
 
         self.policies.add_handler(policy_changed)

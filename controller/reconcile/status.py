@@ -4,7 +4,9 @@ Matches the status half of Kubeflow Trainer v2.3's ``TrainJobReconciler.Reconcil
 (``pkg/controller/trainjob_controller.go``) with one deliberate fix:
 
 * ``Suspended`` mirrors ``spec.suspend``: True/Suspended/"TrainJob is suspended"; after a suspension,
-  False/Resumed/"TrainJob is resumed"; a never-suspended job has no such condition.
+  False/Resumed/"TrainJob is resumed"; a never-suspended job has no such condition. Beyond upstream, a job the
+  controller blocks (``enforcement``) is True/PolicyDenied with the denial as message, whatever ``spec.suspend``
+  says: nothing of it runs, its active deadline does not count, and it is never reported Resumed while blocked.
 * ``Complete`` / ``Failed`` are copied from the JobSet's ``Completed`` / ``Failed`` conditions (status, reason,
   message, lastTransitionTime); ``jobsStatus`` is the JobSet's ``replicatedJobsStatus``.
 * ``activeDeadlineSeconds`` counts from the last resume (the ``Suspended=False`` transition), else from
@@ -51,6 +53,7 @@ REASON_SUSPENDED = "Suspended"
 REASON_RESUMED = "Resumed"
 REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
 REASON_RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
+REASON_POLICY_DENIED = "PolicyDenied"  # trainguard's: the Suspended condition of a Blocked job
 MESSAGE_SUSPENDED = "TrainJob is suspended"
 MESSAGE_RESUMED = "TrainJob is resumed"
 MESSAGE_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
@@ -69,6 +72,8 @@ STATE_FAILED = "Failed"
 STATE_BLOCKED = "Blocked"  # an Enforce policy denies the job: nothing is built (enforcement.py)
 
 ANCESTOR_LABEL = LABEL_TRAINJOB_ANCESTOR
+# metav1.Condition's message may hold 32768 bytes; a denial lists every finding, so it is cut well before.
+MAX_CONDITION_MESSAGE = 4096
 _JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")
 
 
@@ -194,18 +199,23 @@ def unsupported_runtime(trainjob: Mapping[str, Any], key: str, now: datetime) ->
 
 
 # ---- the decision --------------------------------------------------------------------------------------------
-def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, now: datetime) -> StatusDecision:
+def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, now: datetime,
+                blocked: str | None = None) -> StatusDecision:
     """The TrainJob status the reconciler should store, and what follows from it.
 
-    ``jobset`` is the JobSet as the apiserver last returned it (None when it does not exist).
+    ``jobset`` is the JobSet as the apiserver last returned it (None when it does not exist); ``blocked`` the
+    condition message when an Enforce policy denies the job (``enforcement``; its event is the caller's).
     """
     status = copy.deepcopy(dict(TrainJob(trainjob).status))
     conditions: list[Object] = [dict(c) for c in TrainJob(trainjob).conditions]
     finished_before = is_finished(trainjob)
     transitions: list[Transition] = []
 
-    # Suspended mirrors spec.suspend; a never-suspended job gets no condition.
-    if is_suspended(trainjob):
+    # Suspended mirrors spec.suspend; a never-suspended job gets no condition. A blocked job is held, not resumed.
+    if blocked is not None:
+        set_condition(conditions, {"type": SUSPENDED, "status": "True", "reason": REASON_POLICY_DENIED,
+                                   "message": blocked[:MAX_CONDITION_MESSAGE]}, now)
+    elif is_suspended(trainjob):
         if not condition_true(conditions, SUSPENDED):
             transitions.append(Transition("Normal", REASON_SUSPENDED, MESSAGE_SUSPENDED))
         set_condition(conditions, {"type": SUSPENDED, "status": "True", "reason": REASON_SUSPENDED,
@@ -240,7 +250,7 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
     requeue_after: float | None = None
     probe = {**trainjob, "status": status}
     due = deadline(probe)
-    if due is not None and not finished_now and not is_suspended(trainjob):
+    if due is not None and not finished_now and not is_suspended(trainjob) and blocked is None:
         if now >= due:
             set_condition(conditions, {"type": FAILED, "status": "True", "reason": REASON_DEADLINE_EXCEEDED,
                                        "message": MESSAGE_DEADLINE_EXCEEDED}, now)
@@ -261,7 +271,7 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
         delete_jobset=delete_jobset,
         requeue_after=requeue_after,
         transitions=tuple(transitions),
-        state=job_state({**trainjob, "status": status}, jobset),
+        state=STATE_BLOCKED if blocked is not None else job_state({**trainjob, "status": status}, jobset),
     )
 
 

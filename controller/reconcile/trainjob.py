@@ -11,8 +11,9 @@ Per reconcile, reading only from the watch caches except where a write must be e
    ``runtime-snapshot-<uid>`` in the controller's own namespace (``trainguard.webhook.runtime.snapshot``: created once from
    the live runtime with a plain create, so a runtime edit racing with a stale cache can never overwrite it; then
    always read from it, bounded JSON, namespace, name, labels and kind validated; users cannot write there, and a
-   ``<job>-runtime-snapshot`` in the user's namespace is never read). Before a JobSet is created or resumed the
-   TrainJob must pass the Enforce policies (``enforcement``); a denied job is Blocked and nothing is built for it.
+   ``<job>-runtime-snapshot`` in the user's namespace is never read). Unless its JobSet runs, the TrainJob must pass
+   the Enforce policies (``enforcement``); a denied job is Blocked, nothing is built for it and its Kueue Workload
+   is deactivated so Kueue gives the quota back (``quota``; reactivated once the policies allow the job).
    ``trainguard.webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
    identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force,
    in ``apply_order``: the JobSet's dependants (MPI Secret and hostfile, PodGroup, Flux objects) first, the JobSet
@@ -50,7 +51,7 @@ from trainguard.webhook.api.constants import (
 from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, resource_for
+from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, WORKLOADS, resource_for
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime import (
     BuildError,
@@ -65,7 +66,7 @@ from trainguard.webhook.runtime import (
 from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
 from trainguard.webhook.runtime.snapshot import snapshot_name, snapshot_owner
 
-from trainguard.controller.reconcile import enforcement
+from trainguard.controller.reconcile import enforcement, quota
 from trainguard.controller.reconcile import status as st
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.multikueue import dispatched_state
@@ -97,6 +98,8 @@ class TrainJobCaches:
     cluster_snapshot: Callable[[], ClusterSnapshot] = ClusterSnapshot
     coscheduling_podgroups: Cache | None = None
     volcano_podgroups: Cache | None = None
+    # Kueue Workloads by TrainJob UID (None: Kueue's Workloads are not watched).
+    workloads: quota.WorkloadIndex | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,15 @@ class PolicyBlocked(Exception):
     """An Enforce TrainJobPolicy denies the TrainJob: nothing is built for it (``enforcement``)."""
 
 
+@dataclass(frozen=True)
+class PolicyCheck:
+    """What the Enforce policies said this reconcile: ``allowed`` None when they were not asked (a running job
+    already checked against the same policies and the same TrainJob generation)."""
+
+    allowed: bool | None = None
+    message: str | None = None
+
+
 class TrainJobReconciler:
     def __init__(
         self,
@@ -159,10 +171,18 @@ class TrainJobReconciler:
         # TrainJob UID -> names of the key Secrets known to exist (created, or AlreadyExists). The controller may
         # not read Secrets, so this memory is what spares a key generation and a create per reconcile.
         self._secrets_ensured: dict[str, set[str]] = {}
+        # TrainJob UID -> the PolicyDenied event last recorded for it: one event per denial, not per reconcile.
+        self._denial_noted: dict[str, str] = {}
+        # Running jobs: TrainJob UID -> (policy view generation, TrainJob generation) last checked.
+        self._running_checked: dict[str, tuple[int, int | None]] = {}
+        self._policy_view: object | None = None
+        self._policy_generation = 0
 
     def forget(self, trainjob_uid: str) -> None:
         """The TrainJob is gone: drop what was remembered about it."""
         self._secrets_ensured.pop(trainjob_uid, None)
+        self._denial_noted.pop(trainjob_uid, None)
+        self._running_checked.pop(trainjob_uid, None)
 
     async def reconcile(self, namespace: str, name: str) -> Result:
         trainjob = self._caches.trainjobs.get(name, namespace)
@@ -187,11 +207,13 @@ class TrainJobReconciler:
         build_error: ReconcileError | None = None
         applied_jobset: Object | None = None
         blocked: str | None = None
+        check = PolicyCheck()
         if not st.is_finished(trainjob):
             try:
-                applied_jobset = await self._apply_objects(trainjob)
+                applied_jobset, check = await self._apply_objects(trainjob)
             except PolicyBlocked as err:
                 blocked = str(err)
+                check = PolicyCheck(False, blocked)
             except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound, ObjectWriteFailed) as err:
                 message = str(err)
                 if len(message) > MAX_EVENT_ERROR:
@@ -201,7 +223,8 @@ class TrainJobReconciler:
                 build_error = ReconcileError(type(err).__name__, message)
 
         jobset = applied_jobset or self._caches.jobsets.get(name, namespace)
-        decision = st.next_status(trainjob, jobset, self._now())
+        decision = st.next_status(trainjob, jobset, self._now(),
+                                  blocked=enforcement.event_message(blocked) if blocked is not None else None)
         if decision.delete_jobset and jobset is not None:
             try:
                 await self._kube.delete(JOBSETS, name, namespace, propagation="Background")
@@ -211,18 +234,56 @@ class TrainJobReconciler:
             # Deleted while we reconciled (our cache was behind): nothing to report on and nothing to retry;
             # whatever was applied above carries its ownerReference and is garbage-collected.
             return Result()
-        await self._write_state(trainjob, st.STATE_BLOCKED if blocked is not None else decision.state)
+        await self._write_state(trainjob, decision.state)
         await self._emit(trainjob, decision)
-        if blocked is not None:
-            # Not retried: a TrainJobPolicy or Namespace change requeues every blocked job (see ``controller``).
-            await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_DENIED,
-                                      _truncate(enforcement.event_message(blocked)))
+        # Not retried: a TrainJobPolicy or Namespace change requeues every unfinished job (see ``controller``).
+        await self._note_denial(trainjob, check, running=blocked is None)
+        if blocked is not None or check.allowed:
+            await self._sync_workloads(trainjob, blocked=blocked is not None)
         if build_error is not None:
             raise build_error
         return Result(requeue_after=decision.requeue_after)
 
+    async def _note_denial(self, trainjob: Object, check: PolicyCheck, *, running: bool) -> None:
+        """One Warning ``PolicyDenied`` per denial of this job (a new one when the denial changes); an allowed
+        check forgets it."""
+        uid = TrainJob(trainjob).metadata.uid
+        if check.allowed is None:
+            return
+        if check.allowed:
+            self._denial_noted.pop(uid, None)
+            return
+        note = _truncate(enforcement.running_event_message(check.message) if running
+                         else enforcement.event_message(check.message))
+        if self._denial_noted.get(uid) == note:
+            return
+        await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_DENIED, note)
+        self._denial_noted[uid] = note
+
+    async def _sync_workloads(self, trainjob: Object, *, blocked: bool) -> None:
+        """Deactivate the Kueue Workloads of a blocked job, reactivate the ones this controller deactivated once
+        it is allowed (``quota``)."""
+        index = self._caches.workloads
+        if index is None:
+            return
+        meta = TrainJob(trainjob).metadata
+        for name, patch in quota.activation_patches(index.of(meta.uid), blocked):
+            try:
+                await self._kube.merge_patch(WORKLOADS, name, patch, meta.namespace, field_manager=FIELD_MANAGER)
+            except NotFound:
+                continue
+            except ApiError as err:
+                raise ReconcileError("WorkloadActivation", f"Workload {meta.namespace}/{name}: {err}") from err
+            if blocked:
+                await self._events.record(trainjob, "Normal", quota.REASON_DEACTIVATED,
+                                          f"Deactivated Kueue Workload {name} (spec.active: false): Kueue evicts it "
+                                          "and gives its quota back while a TrainJobPolicy denies the job")
+            else:
+                await self._events.record(trainjob, "Normal", quota.REASON_REACTIVATED,
+                                          f"Reactivated Kueue Workload {name}: the TrainJobPolicies allow the job now")
+
     # ---- objects ------------------------------------------------------------------------------------------
-    async def _apply_objects(self, trainjob: Object) -> Object | None:
+    async def _apply_objects(self, trainjob: Object) -> tuple[Object | None, PolicyCheck]:
         meta = TrainJob(trainjob).metadata
         name, namespace = meta.name, meta.namespace
         runtime = await self._runtime(trainjob)
@@ -234,10 +295,9 @@ class TrainJobReconciler:
             if dataset_cache is None:
                 raise BuildError(f"DatasetCache {namespace}/{cache_name} named by annotation "
                                  f"{DATASET_CACHE_ANNOTATION} does not exist")
-        if enforcement.materializes(trainjob, existing_jobset):
-            verdict = enforcement.verdict(trainjob, runtime, self._caches.cluster_snapshot())
-            if not verdict.allowed:
-                raise PolicyBlocked(verdict.message or verdict.reason or "denied")
+        check = self._check_policies(trainjob, runtime, existing_jobset)
+        if check.allowed is False and enforcement.checked(existing_jobset):
+            raise PolicyBlocked(check.message)
         objects = build_objects(
             trainjob, runtime, keys=generated_keys(), existing=self._existing(trainjob, existing_jobset),
             dataset_cache=dataset_cache,
@@ -263,7 +323,27 @@ class TrainJobReconciler:
                 applied_jobset = applied
                 if existing_jobset is None:
                     await self._events.record(trainjob, "Normal", "Created", f"Created JobSet {namespace}/{name}")
-        return applied_jobset
+        return applied_jobset, check
+
+    def _check_policies(self, trainjob: Object, runtime: Object, jobset: Object | None) -> PolicyCheck:
+        """The Enforce verdict. Asked on every reconcile of a job whose JobSet does not run; for a running one
+        (which is never touched) only when the policy view or the TrainJob's spec changed since it was last asked."""
+        snapshot = self._caches.cluster_snapshot()
+        if snapshot is not self._policy_view:
+            self._policy_view = snapshot
+            self._policy_generation += 1
+        meta = TrainJob(trainjob).metadata
+        if enforcement.checked(jobset):
+            self._running_checked.pop(meta.uid, None)
+        else:
+            stamp = (self._policy_generation, meta.generation)
+            if self._running_checked.get(meta.uid) == stamp:
+                return PolicyCheck()
+            self._running_checked[meta.uid] = stamp
+        verdict = enforcement.verdict(trainjob, runtime, snapshot)
+        if verdict.allowed:
+            return PolicyCheck(True)
+        return PolicyCheck(False, verdict.message or verdict.reason or "denied")
 
     def _existing(self, trainjob: Object, jobset: Object | None) -> ExistingObjects:
         meta = TrainJob(trainjob).metadata

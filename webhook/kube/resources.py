@@ -81,6 +81,8 @@ JOBSETS = Resource(JOBSET_GROUP, JOBSET_VERSION, "jobsets", JOBSET_KIND)
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 ADMISSION_CHECKS = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)
+# The reconciler deactivates the Workload of a TrainJob it blocks (``spec.active``), so Kueue gives its quota back.
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 # What the reconciler writes besides the types above: the DatasetCache agents' objects and the gang PodGroups.
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
 PODS = Resource("", "v1", "pods", "Pod")

@@ -41,17 +41,19 @@ def test_the_controller_does_not_watch_secrets() -> None:
     assert snapshots.label_selector == "trainguard.io/runtime-snapshot-of-uid"
 
 
-def test_podgroup_kinds_are_optional_caches() -> None:
-    """scheduler-plugins' and Volcano's PodGroup CRDs are optional: an unserved kind is an empty, synced cache that
-    keeps looking (no warning per retry), while the kinds the controller needs still report list/watch failures."""
-    from trainguard.webhook.kube.resources import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
-    from trainguard.webhook.kube.resources import TRAINJOBS
+def test_podgroup_and_workload_kinds_are_optional_caches() -> None:
+    """scheduler-plugins' and Volcano's PodGroup CRDs and Kueue's Workloads are optional: an unserved kind is an
+    empty, synced cache that keeps looking (no warning per retry) and does not hold readiness back, while the kinds
+    the controller needs still report list/watch failures."""
+    from trainguard.webhook.kube.resources import COSCHEDULING_PODGROUPS, TRAINJOBS, VOLCANO_PODGROUPS, WORKLOADS
 
     controller = Controller(None, Settings(snapshot_namespace="tg-system"), Metrics(), "me")  # type: ignore[arg-type]
     optional = {inf.resource.plural + "." + inf.resource.group for inf in controller._informers if inf.absent_ok}
-    assert optional == {COSCHEDULING_PODGROUPS.plural + "." + COSCHEDULING_PODGROUPS.group,
-                        VOLCANO_PODGROUPS.plural + "." + VOLCANO_PODGROUPS.group}
+    assert optional == {r.plural + "." + r.group for r in (COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS, WORKLOADS)}
     assert not any(inf.absent_ok for inf in controller._informers if inf.resource is TRAINJOBS)
+    assert {inf for inf in controller._informers if not inf.absent_ok} == set(controller._required)
+    (workloads,) = [inf for inf in controller._informers if inf.resource is WORKLOADS]
+    assert workloads.label_selector == "kueue.x-k8s.io/job-uid"
 
 
 def test_the_enforce_snapshot_is_not_rebuilt_when_a_jobset_changes() -> None:

@@ -10,7 +10,7 @@ from trainguard.controller.reconcile import status as st
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime import build_runtime_snapshot
 
-from tests.unit.reconcile.test_trainjob import SNAPSHOT, SNAPSHOTS, reconciler, runtime, trainjob
+from tests.unit.reconcile.test_trainjob import NOW, SNAPSHOT, SNAPSHOTS, reconciler, runtime, trainjob
 
 
 def policy(name: str = "limits", *, mode: str = "Enforce", selector: dict | None = None, **spec) -> dict:
@@ -25,24 +25,33 @@ KUEUE_QUEUE = policy("queue", scheduling={"kueue": {"queueName": "team"}})
 
 
 @pytest.mark.parametrize(
-    "job_suspended, jobset, expected",
+    "jobset, expected",
     [
-        (False, None, True),                      # create
-        (True, None, True),                       # create, suspended: still a JobSet that admission never saw
-        (False, {"spec": {"suspend": True}}, True),   # resume
-        (True, {"spec": {"suspend": True}}, False),   # re-apply while suspended: runs nothing
-        (False, {"spec": {"suspend": False}}, False),  # running: never touched
-        (True, {"spec": {"suspend": False}}, False),   # being suspended
+        (None, True),                       # create (suspended or not: a JobSet admission never saw)
+        ({"spec": {"suspend": True}}, True),    # resume, or re-apply while suspended: the job is held either way
+        ({"spec": {"suspend": False}}, False),  # running (or being suspended): never touched
     ],
-    ids=["create", "create-suspended", "resume", "suspended-reapply", "running", "suspending"],
+    ids=["create", "suspended-jobset", "running"],
 )
-def test_when_the_policy_is_asked(job_suspended, jobset, expected) -> None:
-    assert enforcement.materializes(trainjob(suspend=job_suspended), jobset) is expected
+def test_when_the_policy_decides(jobset, expected) -> None:
+    assert enforcement.checked(jobset) is expected
 
 
 def state_label(kube) -> str | None:
     patches = [c[4] for c in kube.calls if c[0] == "patch" and c[1] == "TrainJob" and c[3] is None]
     return patches[-1]["metadata"]["labels"][st.STATE_LABEL] if patches else None
+
+
+def status_patches(kube) -> list[dict]:
+    return [c[4]["status"] for c in kube.calls if c[0] == "patch" and c[3] == "status"]
+
+
+def suspended_condition(status: dict) -> dict | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == "Suspended"), None)
+
+
+def denials(events) -> list[tuple[str, str, str]]:
+    return [e for e in events.events if e[1] == "PolicyDenied"]
 
 
 @pytest.mark.parametrize(
@@ -66,32 +75,108 @@ async def test_a_job_an_enforce_policy_denies_is_not_built(policies, job, blocke
     if blocked:
         assert built == [], "nothing but the runtime snapshot may be written for a blocked job"
         assert state_label(kube) == "Blocked"
-        (denied,) = [e for e in events.events if e[1] == "PolicyDenied"]
+        (denied,) = denials(events)
         assert denied[0] == "Warning" and message in denied[2]
         assert denied[2].startswith("TrainJob is not materialized: a TrainJobPolicy in mode Enforce denies it: ")
-        assert not [c for c in kube.calls if c[0] == "patch" and c[3] == "status"], "no condition is added"
+        # Upstream's condition type, so the SDK and kubectl read it: held, with the denial as the message.
+        (status,) = status_patches(kube)
+        held = suspended_condition(status)
+        assert held is not None and held["status"] == "True" and held["reason"] == "PolicyDenied", status
+        assert held["message"] == denied[2]
     else:
         assert ("apply", "JobSet", "job") in kube.verbs() and ("create", "Secret", "job-mpi-ssh-auth") in kube.verbs()
         assert state_label(kube) == "Created"
-        assert not [e for e in events.events if e[1] == "PolicyDenied"]
+        assert not denials(events)
+        assert all(suspended_condition(s) is None for s in status_patches(kube))
 
 
-async def test_a_resume_is_checked_and_a_running_jobset_is_never_touched() -> None:
+RESUMED = {"type": "Suspended", "status": "True", "reason": "Suspended", "message": "TrainJob is suspended",
+           "lastTransitionTime": "2026-01-01T11:00:00Z"}
+
+
+async def test_a_job_kueue_admitted_but_a_policy_denies_is_held_not_resumed() -> None:
+    """Kueue unsuspended the job (it was admitted): the controller refuses the resume, and the TrainJob must not
+    read Suspended=False/Resumed, nor get a Resumed event, for a job that does not run."""
     suspended = {"metadata": {"name": "job", "namespace": "ns"}, "spec": {"suspend": True}}
-    r, kube, events = reconciler(trainjob(suspend=False), rt=runtime(), jobsets=[suspended], policies=[MAX_ONE_NODE])
+    job = trainjob(suspend=False, status={"conditions": [RESUMED]})
+    r, kube, events = reconciler(job, rt=runtime(), jobsets=[suspended], policies=[MAX_ONE_NODE])
     await r.reconcile("ns", "job")
     assert ("apply", "JobSet", "job") not in kube.verbs() and state_label(kube) == "Blocked"
+    (status,) = status_patches(kube)
+    held = suspended_condition(status)
+    assert held["status"] == "True" and held["reason"] == "PolicyDenied"
+    assert held["lastTransitionTime"] == RESUMED["lastTransitionTime"], "still suspended: no transition"
+    assert not [e for e in events.events if e[1] == "Resumed"]
 
-    # Still suspended: re-applied as before (patches made while suspended take effect; nothing runs).
+
+async def test_a_blocked_job_has_no_running_deadline() -> None:
+    """activeDeadlineSeconds counts only while the job runs: a blocked job is not failed for the time it was held."""
+    r, kube, events = reconciler(trainjob(activeDeadlineSeconds=60), rt=runtime(), policies=[MAX_ONE_NODE])
+    r._now = lambda: NOW.replace(hour=13)  # an hour after creation
+    result = await r.reconcile("ns", "job")
+    (status,) = status_patches(kube)
+    assert not [c for c in status["conditions"] if c["type"] == "Failed"]
+    assert result.requeue_after is None and ("delete", "JobSet", "job") not in kube.verbs()
+
+
+async def test_a_suspended_job_an_enforce_policy_denies_is_blocked_too() -> None:
+    """A job waiting in Kueue (TrainJob and JobSet suspended) that a policy now denies is Blocked at once (and its
+    Workload deactivated, ``test_quota``), not only when Kueue admits it; its suspended JobSet is left as it is."""
+    suspended = {"metadata": {"name": "job", "namespace": "ns"}, "spec": {"suspend": True}}
     r, kube, events = reconciler(trainjob(suspend=True), rt=runtime(), jobsets=[suspended], policies=[MAX_ONE_NODE])
+    await r.reconcile("ns", "job")
+    assert not [v for v in kube.verbs() if v[1] == "JobSet"] and state_label(kube) == "Blocked"
+    assert len(denials(events)) == 1
+
+    # Allowed: re-applied as before (patches made while suspended take effect; nothing runs).
+    r, kube, events = reconciler(trainjob(suspend=True), rt=runtime(), jobsets=[suspended])
     await r.reconcile("ns", "job")
     assert ("apply", "JobSet", "job") in kube.verbs() and state_label(kube) == "Suspended"
 
+
+async def test_a_running_jobset_is_never_touched_but_warned_about_once(monkeypatch) -> None:
     running = {"metadata": {"name": "job", "namespace": "ns"}, "spec": {"suspend": False}}
-    r, kube, events = reconciler(trainjob(suspend=False), rt=runtime(), jobsets=[running], policies=[MAX_ONE_NODE])
+    job = trainjob(suspend=False, labels={st.STATE_LABEL: "Created"})
+    r, kube, events = reconciler(job, rt=runtime(), jobsets=[running], policies=[MAX_ONE_NODE])
+    asked = []
+    real_verdict = enforcement.verdict
+    monkeypatch.setattr(enforcement, "verdict", lambda *a: asked.append(1) or real_verdict(*a))
+    for _ in range(3):
+        await r.reconcile("ns", "job")
+    assert not [v for v in kube.verbs() if v[1] in ("JobSet", "Workload")] and state_label(kube) is None
+    (warned,) = denials(events)
+    assert warned[0] == "Warning" and warned[2].startswith("TrainJob keeps running, but is not resumed once suspended")
+    assert "2 nodes exceed maxNodes 1" in warned[2]
+    # Asked once: the same policies and the same TrainJob generation give the same answer.
+    assert len(asked) == 1
+    assert all(suspended_condition(s) is None for s in status_patches(kube))
+
+
+def snapshot_with(*policies: dict) -> ClusterSnapshot:
+    return ClusterSnapshot(policies={p["metadata"]["name"]: p for p in policies}, namespace_labels={"ns": {}})
+
+
+async def test_policy_denied_fires_once_per_denial_not_per_reconcile() -> None:
+    r, kube, events = reconciler(trainjob(), rt=runtime(), policies=[MAX_ONE_NODE])
     await r.reconcile("ns", "job")
-    assert not [v for v in kube.verbs() if v[1] == "JobSet"] and state_label(kube) != "Blocked"
-    assert not [e for e in events.events if e[1] == "PolicyDenied"]
+    await r.reconcile("ns", "job")
+    assert len(denials(events)) == 1
+
+    # A policy change that changes the denial: one more event.
+    renamed = snapshot_with(policy("renamed", limits={"maxNodes": 1}))
+    r._caches.cluster_snapshot = lambda: renamed
+    await r.reconcile("ns", "job")
+    await r.reconcile("ns", "job")
+    assert [e[2].rsplit(" ", 1)[-1] for e in denials(events)] == ['"limits"', '"renamed"']
+
+    # Allowed, then denied again with the first denial: it is news again.
+    relaxed = snapshot_with(policy(limits={"maxNodes": 4}))
+    r._caches.cluster_snapshot = lambda: relaxed
+    await r.reconcile("ns", "job")
+    again = snapshot_with(MAX_ONE_NODE)
+    r._caches.cluster_snapshot = lambda: again
+    await r.reconcile("ns", "job")
+    assert len(denials(events)) == 3
 
 
 async def test_a_blocked_job_is_built_once_the_policy_allows_it() -> None:
@@ -99,15 +184,19 @@ async def test_a_blocked_job_is_built_once_the_policy_allows_it() -> None:
     r, kube, events = reconciler(job, rt=runtime(), policies=[MAX_ONE_NODE])
     await r.reconcile("ns", "job")
     assert ("apply", "JobSet", "job") not in kube.verbs()
+    (held,) = status_patches(kube)
 
-    relaxed = policy(limits={"maxNodes": 4})
-    relaxed_view = ClusterSnapshot(policies={"limits": relaxed}, namespace_labels={"ns": {}})
+    relaxed_view = snapshot_with(policy(limits={"maxNodes": 4}))
     r._caches.cluster_snapshot = lambda: relaxed_view  # the policy informer saw an update
+    r._caches.trainjobs.objs[("ns", "job")] = {**job, "status": held}  # the status written above
     await r.reconcile("ns", "job")
     assert ("apply", "JobSet", "job") in kube.verbs() and state_label(kube) == "Created"
+    resumed = suspended_condition(status_patches(kube)[-1])
+    assert resumed["status"] == "False" and resumed["reason"] == "Resumed"
+    assert ("Normal", "Resumed", "TrainJob is resumed") in events.events
 
 
-def test_blocked_trainjobs_are_the_ones_a_policy_change_requeues() -> None:
+def test_every_unfinished_job_is_rechecked_on_a_policy_change() -> None:
     failed = {"conditions": [{"type": "Failed", "status": "True"}]}
     jobs = {
         ("a", "blocked"): trainjob(labels={st.STATE_LABEL: "Blocked"}),
@@ -115,8 +204,8 @@ def test_blocked_trainjobs_are_the_ones_a_policy_change_requeues() -> None:
         ("a", "running"): trainjob(labels={st.STATE_LABEL: "Running"}),
         ("a", "finished"): trainjob(labels={st.STATE_LABEL: "Blocked"}, status=failed),
     }
-    assert enforcement.blocked_trainjobs(jobs.items()) == [("a", "blocked"), ("b", "blocked")]
-    assert enforcement.blocked_trainjobs(jobs.items(), "b") == [("b", "blocked")]
+    assert enforcement.rechecked_trainjobs(jobs.items()) == [("a", "blocked"), ("b", "blocked"), ("a", "running")]
+    assert enforcement.rechecked_trainjobs(jobs.items(), "b") == [("b", "blocked")]
 
 
 # ---- snapshot garbage collection ----------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from trainguard.webhook.api.views.policy import (
 from trainguard.webhook.api.views.runtime import Runtime
 from trainguard.webhook.api.views.trainjob import RuntimeRef, TrainJob, Trainer
 from trainguard.webhook.api.views.workloads import (
-    AdmissionCheck, ClusterQueue, JobSet, Lease, LocalQueue, ObjectList, Pod,
+    AdmissionCheck, ClusterQueue, JobSet, Lease, LocalQueue, ObjectList, Pod, Workload,
 )
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "TrainJobPolicy",
     "Trainer",
     "View",
+    "Workload",
     "find_condition",
     "iter_pod_specs",
     "job_ancestor",

@@ -1,5 +1,5 @@
 """The other kinds the reconciler and the I/O layer read: the JobSet it builds and watches, the Pods it ungates, its
-Lease, Kueue's queueing objects the webhook consults, and list responses.
+Lease, Kueue's queueing objects the webhook consults, the Workloads of blocked TrainJobs, and list responses.
 
 Only the fields trainguard reads are here; everything else about these objects is opaque to it. These objects are
 written by other controllers and users, not checked at trainguard's door, and some are read by watch transforms,
@@ -118,6 +118,23 @@ class AdmissionCheck(KubeObject):
     def controller_name(self) -> Any:
         """``spec.controllerName`` as written (None when absent)."""
         return _in(self.raw, "spec", "controllerName")
+
+
+class Workload(KubeObject):
+    """A Kueue Workload (``kueue.x-k8s.io/v1beta2``): the reconciler deactivates the one of a Blocked TrainJob
+    (``trainguard.controller.reconcile.quota``)."""
+
+    __slots__ = ()
+
+    @property
+    def active(self) -> bool:
+        """``spec.active``: absent or null reads as the CRD default, true; anything but ``false`` is active."""
+        return _in(self.raw, "spec", "active") is not False
+
+    @property
+    def conditions(self) -> list[Mapping[str, Any]]:
+        """``status.conditions`` (``QuotaReserved``, ``Admitted``, ``Evicted``, ``Finished``...); [] when absent."""
+        return _list(_in(self.raw, "status", "conditions"))
 
 
 class ObjectList(View):
