@@ -30,7 +30,8 @@ class ReplicatedJob(KubeModel):
     group_name: str | None = spec_field("Group the replicatedJob belongs to (default: default).")
     replicas: int | None = spec_field("Number of Jobs created from the template (default 1).")
     template: JobTemplateSpec = spec_field("The Job template.", required=True)
-    depends_on: list[DependsOn] | None = spec_field("replicatedJobs that must reach a status first.")
+    depends_on: list[DependsOn] | None = spec_field(
+        "replicatedJobs that must reach a status first.", max_items=5)
 
 
 class Network(KubeModel):

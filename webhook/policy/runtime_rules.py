@@ -94,19 +94,22 @@ def stricter_errors(runtime: Object) -> list[FieldError]:
     errors: list[FieldError] = []
     rjobs = replicated_jobs(runtime)
     names = [r.get("name") for r in rjobs]
-    seen: set[Any] = set()
+    first: dict[Any, int] = {}  # name -> index of its first job: each dependsOn is one lookup, not a scan
     for i, name in enumerate(names):
-        if name in seen:
+        if _hashable(name):
+            first.setdefault(name, i)
+    listed = _listed(names)
+    for i, name in enumerate(names):
+        if _hashable(name) and first[name] != i:
             errors.append(duplicate(f"{RJOBS_PATH}[{i}].name", name))
-        seen.add(name)
         for j, dep in enumerate(rjobs[i].get("dependsOn") or []):
             target = dep.get("name") if isinstance(dep, dict) else None
-            if target not in names[:i]:
-                where = "is defined after this job" if target in names else "does not exist"
+            at = first.get(target) if _hashable(target) else None
+            if at is None or at >= i:
+                where = "is defined after this job" if at is not None else "does not exist"
                 errors.append(invalid(
                     f"{RJOBS_PATH}[{i}].dependsOn[{j}].name", target,
-                    f"must name a replicatedJob defined before {name!s}; this one {where} "
-                    f"(replicatedJobs: {', '.join(str(n) for n in names)})",
+                    f"must name a replicatedJob defined before {name!s}; this one {where} (replicatedJobs: {listed})",
                 ))
     trainers = [i for i, r in enumerate(rjobs) if ancestor(r) == "trainer"]
     for i in trainers[1:]:
@@ -125,6 +128,19 @@ def stricter_errors(runtime: Object) -> list[FieldError]:
     if view.pod_group_policy_source("coscheduling") is not None and view.pod_group_policy_source("volcano") is not None:
         errors.append(forbidden("spec.podGroupPolicy", "only one of coscheduling and volcano may be set"))
     return errors
+
+
+# A message names at most this many jobs (the list is built once, not per error).
+LISTED_NAMES = 16
+
+
+def _listed(names: list[Any]) -> str:
+    shown = ", ".join(str(n) for n in names[:LISTED_NAMES])
+    return shown if len(names) <= LISTED_NAMES else f"{shown}, ... ({len(names)} in all)"
+
+
+def _hashable(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None)))
 
 
 def runtime_errors(runtime: Object) -> list[FieldError]:

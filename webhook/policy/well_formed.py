@@ -19,8 +19,10 @@ are generated from these models), field by field: the JSON type of every typed f
 ``minimum``/``maximum``, ``pattern``, item ``maxLength``/``enum``, int64 range, and quantities. A ``null`` is
 refused wherever a type is declared except in ``metadata``: no field of these CRDs is ``nullable``, so the apiserver
 drops nulls while decoding, before any webhook, and only a file or a direct client sends one (``metadata`` it
-rebuilds from the typed ObjectMeta, which writes ``creationTimestamp: null``). Nothing stricter than the CRD: an
-object the apiserver stores always passes (stored runtimes and policies in the snapshot therefore need no check).
+rebuilds from the typed ObjectMeta, which writes ``creationTimestamp: null``). Nothing stricter than the CRD, except
+``TRAINGUARD_CAPS``: runtimes' replicatedJobs and (init) containers, which upstream's CRDs leave unbounded, are
+capped far above real use and named as trainguard's limit in the denial; the rules that read stored runtimes are
+linear, so a runtime stored without the webhook (or before the caps) costs its size, not its square.
 Not checked: CEL rules (the apiserver's, after the mutating webhooks), the ``minLength`` of names in a runtimePatch
 (left to the schema, so an empty name gets upstream's 422 rather than a 403: it harms no policy code), unique keys
 of list-type map/set lists (the rules that care report them in their own words, and the merges are linear with
@@ -37,6 +39,7 @@ is the webhook the apiserver calls with unvalidated input and it must not spend 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import types
@@ -45,7 +48,7 @@ from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from trainguard.webhook.api import meta, trainer, trainguard
+from trainguard.webhook.api import core, jobset, meta, trainer, trainguard
 from trainguard.webhook.api.base import IntOrString, QuantityValue
 from trainguard.webhook.api.constants import (
     CLUSTER_TRAINING_RUNTIME_KIND,
@@ -67,6 +70,17 @@ REASON = "MalformedObject"
 # The apiserver round-trips ``metadata`` through the typed ObjectMeta, which writes an unset time as null: a CREATE
 # review carries ``metadata.creationTimestamp: null``. Everywhere else it prunes nulls (no field is ``nullable``).
 NULL_AS_ABSENT: frozenset[type[BaseModel]] = frozenset({meta.ObjectMeta, meta.OwnerReference})
+
+# Sizes trainguard caps where the CRDs set no limit (upstream's runtime CRDs embed JobSet's schema, which caps only
+# ``dependsOn``; a namespace user writes TrainingRuntimes): far above real runtimes (upstream's have fewer than 10
+# replicatedJobs and a few containers each), so that every rule's work on a runtime is bounded. The numbers are the
+# TrainJob CRD's own for what a runtimePatch may address: 100 replicatedJobs, 64 (init) containers per pod.
+TRAINGUARD_CAPS: Mapping[tuple[type[BaseModel], str], int] = {
+    (jobset.JobSetSpec, "replicatedJobs"): 100,
+    (core.PodSpec, "containers"): 64,
+    (core.PodSpec, "initContainers"): 64,
+}
+TRAINGUARD_CAP = "trainguard's limit for runtimes"
 
 ROOT_MODELS: Mapping[str, type[BaseModel]] = {
     TRAINJOB_KIND: trainer.TrainJob,
@@ -96,6 +110,7 @@ class Limits:
     pattern: re.Pattern[str] | None = None
     item_max_length: int | None = None
     item_enum: tuple[Any, ...] | None = None
+    capped_by_trainguard: bool = False  # max_items is TRAINGUARD_CAPS', not the CRD's
 
     @staticmethod
     def of(extra: Mapping[str, Any] | None) -> "Limits":
@@ -200,7 +215,11 @@ def _model_fields(cls: type[BaseModel]) -> tuple[Field, ...]:
     out = []
     for name, info in cls.model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, Mapping) else None
-        out.append(Field(info.alias or name, _shape(info.annotation), info.is_required(), Limits.of(extra)))
+        limits = Limits.of(extra)
+        cap = TRAINGUARD_CAPS.get((cls, info.alias or name))
+        if cap is not None and limits.max_items is None:
+            limits = dataclasses.replace(limits, max_items=cap, capped_by_trainguard=True)
+        out.append(Field(info.alias or name, _shape(info.annotation), info.is_required(), limits))
     return tuple(out)
 
 
@@ -267,8 +286,9 @@ class _Walk:
         return True
 
     def list(self, path: str, items: list, shape: ListOf, limits: Limits) -> None:
-        if limits.max_items is not None and len(items) > limits.max_items:
-            return self.add(too_many(path, len(items), limits.max_items, "items"))  # nothing inside is looked at
+        if limits.max_items is not None and len(items) > limits.max_items:  # nothing inside is looked at
+            what = f"items ({TRAINGUARD_CAP})" if limits.capped_by_trainguard else "items"
+            return self.add(too_many(path, len(items), limits.max_items, what))
         if limits.min_items is not None and len(items) < limits.min_items:
             self.add(invalid(path, len(items), f"must have at least {limits.min_items} items"))
         item_limits = Limits(max_length=limits.item_max_length, enum=limits.item_enum)

@@ -106,6 +106,9 @@ def _patch_errors(draft: Draft) -> list[FieldError]:
     if not patches:
         return errors
     template_jobs = {rj.raw.get("name"): rj for rj in draft.runtime_view.template.replicated_jobs()}
+    # Upstream checks patch targets against the union of the job's containers and init containers; each job's set
+    # is made once, however many patches name the job (16 patches x 100 jobs may all name one).
+    job_containers: dict[str, set[str | None]] = {}
     for patch in patches:
         errors += domain_prefixed_path_errors(f"{RUNTIME_PATCHES}.manager", patch.get("manager") or "")
         for rj_patch in patch_template(patch).replicated_jobs():
@@ -113,8 +116,9 @@ def _patch_errors(draft: Draft) -> list[FieldError]:
             if name not in template_jobs:
                 errors.append(invalid(RUNTIME_PATCHES, patches, "must not have replicated job that doesn't exist in the runtime job template"))
                 continue
-            # Upstream checks patch targets against the union of the job's containers and init containers.
-            names = template_jobs[name].container_names()
+            names = job_containers.get(name)
+            if names is None:
+                names = job_containers[name] = template_jobs[name].container_names()
             for c in rj_patch.containers(init=True):
                 if c.get("name") not in names:
                     errors.append(invalid(RUNTIME_PATCHES, patches, f"must not have initContainer that doesn't exist in the runtime job {name}"))
