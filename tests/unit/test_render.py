@@ -100,6 +100,24 @@ def test_denial_exits_1_with_the_message(tmp_path):
     assert "800 nvidia.com/gpu in total (100 nodes x 8), more than maxTotalGpus 512" in err
 
 
+def test_a_pinned_priority_class_is_denied_offline_as_at_apply(tmp_path):
+    """Issue 22: render runs the webhook's pipeline, so a priority class the Enforce policy does not allow is
+    denied here with the same message as at kubectl apply, and the policy's own value is admitted."""
+    text = (EXAMPLES / "torch-distributed-gpu.yaml").read_text()
+    assert "metadata: {name: llm-ddp, namespace: team-a}" in text
+    job = tmp_path / "job.yaml"
+    labelled = "metadata: {name: llm-ddp, namespace: team-a, labels: {kueue.x-k8s.io/priority-class: %s}}"
+    job.write_text(text.replace("metadata: {name: llm-ddp, namespace: team-a}", labelled % "top"))
+    code, objects, err = render(job, EXAMPLES / "gpu-topology-policy.yaml")
+    assert code == 1 and objects == []
+    assert ('metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value: "top": TrainJobPolicy "gpu-teams" '
+            'allows only ["standard"] (spec.scheduling.kueue.priorityClass); leave the label out to get "standard"'
+            in err), err
+    job.write_text(text.replace("metadata: {name: llm-ddp, namespace: team-a}", labelled % "standard"))
+    code, objects, err = render(job, EXAMPLES / "gpu-topology-policy.yaml")
+    assert code == 0, err
+
+
 def test_warnings_go_to_stderr(tmp_path):
     audit = tmp_path / "audit.yaml"
     audit.write_text((EXAMPLES / "gpu-topology-policy.yaml").read_text().replace("mode: Enforce", "mode: Audit")

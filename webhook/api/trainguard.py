@@ -9,7 +9,9 @@ policies are sorted by ``spec.priority`` descending, then ``metadata.name`` asce
 not depend on the order the API server lists them in. Then
 
 * defaults and scheduling/topology settings: the first policy in that order that sets a value wins; later
-  policies only fill what is still unset (a value the TrainJob itself sets is never overwritten);
+  policies only fill what is still unset (a value the TrainJob itself sets is never overwritten). A scheduling
+  value (Kueue queue and priority, KAI queue, schedulerName) is also the only one a TrainJob may run with, unless
+  that same policy lists alternatives (``allowed*``): another is denied (Enforce) or warned (Audit);
 * limits: every matching policy's limits apply (the strictest wins), so adding a policy can only tighten;
 * mode: each policy's violations are reported under its own mode (Enforce denies, Audit warns).
 """
@@ -50,29 +52,66 @@ class PolicySelector(KubeModel):
     train_job_selector: LabelSelector | None = spec_field("Labels of the TrainJob itself.")
 
 
+# Scheduling values are pinned: ``trainguard.webhook.policy.pinning`` checks every place they take effect.
+PINNED = ("The only value a matching TrainJob may carry, on itself or in the templates of its runtime and "
+          "runtimePatches (another is denied under Enforce, warned under Audit), unless listed in {allowed}.")
+
+
 class KueueScheduling(KubeModel):
-    """Kueue defaults, set as TrainJob labels when absent."""
+    """Kueue queue and priority: set as TrainJob labels when absent, and the only values a matching TrainJob may
+    run with unless alternatives are listed."""
 
     queue_name: str | None = spec_field(
-        "LocalQueue name, set as label kueue.x-k8s.io/queue-name.", max_length=63
+        "LocalQueue name, set as label kueue.x-k8s.io/queue-name when absent. "
+        + PINNED.format(allowed="allowedQueueNames"), max_length=63
+    )
+    allowed_queue_names: list[str] | None = spec_field(
+        "Other LocalQueues a matching TrainJob may name in kueue.x-k8s.io/queue-name (queueName is always "
+        "allowed and stays the default). Requires queueName.",
+        list_type="set", max_items=64, items={"maxLength": 63},
     )
     priority_class: str | None = spec_field(
-        "WorkloadPriorityClass name, set as label kueue.x-k8s.io/priority-class.", max_length=253
+        "WorkloadPriorityClass name, set as label kueue.x-k8s.io/priority-class when absent. "
+        + PINNED.format(allowed="allowedPriorityClasses"), max_length=253
+    )
+    allowed_priority_classes: list[str] | None = spec_field(
+        "Other WorkloadPriorityClasses a matching TrainJob may name in kueue.x-k8s.io/priority-class "
+        "(priorityClass is always allowed and stays the default). Requires priorityClass.",
+        list_type="set", max_items=64, items={"maxLength": 253},
     )
 
 
 class KAIScheduling(KubeModel):
-    """NVIDIA KAI scheduler defaults."""
+    """NVIDIA KAI scheduler queue."""
 
-    queue: str | None = spec_field("KAI queue name, set as the pods' kai.scheduler/queue label.", max_length=63)
+    queue: str | None = spec_field(
+        "KAI queue name, set as the kai.scheduler/queue label of the TrainJob and its JobSet when absent. "
+        "A kai.scheduler/queue label on the TrainJob, or in the JobSet, job or pod templates of its runtime or "
+        "runtimePatches, must name it unless the queue is listed in allowedQueues (denied under Enforce, "
+        "warned under Audit).", max_length=63)
+    allowed_queues: list[str] | None = spec_field(
+        "Other KAI queues a matching TrainJob may name (queue is always allowed and stays the default). "
+        "Requires queue.",
+        list_type="set", max_items=64, items={"maxLength": 63},
+    )
 
 
 class SchedulingDefaults(KubeModel):
-    """Scheduler settings given to matching TrainJobs that do not choose their own."""
+    """Scheduler settings given to matching TrainJobs that do not choose their own; under Enforce the only ones
+    they may run with (Audit warns), unless alternatives are listed."""
 
     kueue: KueueScheduling | None = spec_field("Kueue queue and priority.")
     kai: KAIScheduling | None = spec_field("KAI queue.")
-    scheduler_name: str | None = spec_field("schedulerName set on the training pods.", max_length=253)
+    scheduler_name: str | None = spec_field(
+        "schedulerName of the training pods, recorded as annotation trainguard.io/scheduler-name when absent and "
+        "applied to every pod template that names no scheduler. The annotation, and a schedulerName in the pod "
+        "templates of the runtime or runtimePatches, must name it unless listed in allowedSchedulerNames "
+        "(denied under Enforce, warned under Audit).", max_length=253)
+    allowed_scheduler_names: list[str] | None = spec_field(
+        "Other schedulerNames a matching TrainJob's pods may use (schedulerName is always allowed and stays the "
+        "default). Requires schedulerName.",
+        list_type="set", max_items=64, items={"maxLength": 253},
+    )
 
 
 class TopologyLevel(KubeModel):
@@ -173,7 +212,9 @@ class TrainJobPolicySpec(KubeModel):
         "wins; limits of all matching policies apply. Defaults to 0.", crd_default=0,
         minimum=-1000, maximum=1000,
     )
-    scheduling: SchedulingDefaults | None = spec_field("Scheduler defaults (Kueue, KAI, schedulerName).")
+    scheduling: SchedulingDefaults | None = spec_field(
+        "Scheduler defaults (Kueue, KAI, schedulerName), and the only values a matching TrainJob may run with "
+        "unless alternatives are listed.")
     topology: GpuTopology | None = spec_field("GPU-topology-aware placement.")
     limits: PolicyLimits | None = spec_field("Limits matching TrainJobs must respect.")
     defaults: PolicyDefaults | None = spec_field("Defaults for matching TrainJobs.")

@@ -1,7 +1,9 @@
 """What trainguard's policies write into a TrainJob at CREATE (the mutating half of the engine).
 
 Three kinds of effect, each only where nobody else has spoken (the user's TrainJob, the runtime, another
-manager's runtimePatch always win; among policies the first in ``matching.application_order`` wins):
+manager's runtimePatch always win; among policies the first in ``matching.application_order`` wins). Nothing a
+user wrote is overwritten: a scheduling value the policy pins and the user set otherwise is left as written for
+the validating webhook to deny (Enforce) or warn about (Audit), naming what to change (``pinning``).
 
 * TrainJob metadata: Kueue ``kueue.x-k8s.io/queue-name`` / ``kueue.x-k8s.io/priority-class`` labels (user >
   policy > the runtime object's own labels/annotations declaring a default), KAI ``kai.scheduler/queue`` label, the
@@ -199,7 +201,10 @@ def _runtime_declared(runtime: Object, key: str) -> str | None:
 
 
 def _runtime_sets_scheduler(runtime: Object) -> bool:
-    return any(pod_spec(r).get("schedulerName") for r in replicated_jobs(runtime))
+    # Every pod template names one: the annotation would apply nowhere. Otherwise it fills the rest (the build
+    # keeps a scheduler a template names; ``pinning`` checks it).
+    jobs = replicated_jobs(runtime)
+    return bool(jobs) and all(pod_spec(r).get("schedulerName") for r in jobs)
 
 
 def apply_metadata_defaults(trainjob: Object, runtime: Object, policies: list[Policy]) -> None:

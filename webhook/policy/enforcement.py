@@ -3,8 +3,9 @@ webhook and the controller's defence-in-depth check (``pipeline.enforce_trainjob
 
 Every finding is a ``Violation`` (the policy that raised it plus a field error in the upstream format) under a
 reason: ``PolicyLimits`` (``limits``), ``Topology`` (the job fits no level of the policy that decides topology),
-``PolicyScheduling`` (a scheduling label a matching policy sets is missing). The caller decides what a finding
-does: a denial under ``mode: Enforce``, a warning under ``Audit``.
+``PolicyScheduling`` (a scheduling label a matching policy sets is missing, or a scheduling value it pins is
+not one it allows: ``pinning``). The caller decides what a finding does: a denial under ``mode: Enforce``, a
+warning under ``Audit``.
 
 A job the runtime framework cannot build cannot be measured either. The webhook denies it earlier with upstream's
 message; if it ever reaches this point (the controller's runtime snapshot, a framework change) a policy that limits
@@ -21,6 +22,7 @@ from trainguard.webhook.field import invalid, required
 from trainguard.webhook.policy import framework
 from trainguard.webhook.policy.defaults import KAI_QUEUE_LABEL, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, topology_outcome
 from trainguard.webhook.policy.limits import Violation, limit_violations
+from trainguard.webhook.policy.pinning import pin_violations
 from trainguard.webhook.policy.policy_model import Policy
 from trainguard.webhook.policy.runtime_ref import runtime_ref
 from trainguard.webhook.policy.topology import NoFit
@@ -66,9 +68,11 @@ def _limits_anything(policy: Policy) -> bool:
                 or (policy.spec.topology and policy.spec.topology.levels))
 
 
-def scheduling_findings(obj: dict[str, Any], matched: Iterable[Policy]) -> list[Finding]:
-    """A label a matching policy sets must be on the TrainJob (any value on CREATE: the user's value wins; see
-    ``updates`` for what an UPDATE may change). The first policy in application order that sets it is named."""
+def scheduling_findings(obj: dict[str, Any], runtime: dict[str, Any], matched: Iterable[Policy],
+                        effective: Any = None) -> list[Finding]:
+    """A label a matching policy sets must be on the TrainJob, and every scheduling value the job runs with must
+    be one the pinning policy allows (``pinning``; see ``updates`` for what an UPDATE may change). ``effective``:
+    the built job (or None), read when a pinned scheduler's annotation is missing."""
     labels = _labels(obj)
     found: list[Finding] = []
     ordered = list(matched)
@@ -82,6 +86,7 @@ def scheduling_findings(obj: dict[str, Any], matched: Iterable[Policy]) -> list[
         found.append(Finding(SCHEDULING, Violation(owner, required(
             label_path(key), f'TrainJobPolicy "{owner.name}" schedules this job through {pick(owner)!r}; '
             "the label cannot be left out"))))
+    found += [Finding(SCHEDULING, v) for v in pin_violations(obj, runtime, ordered, lambda: effective)]
     return found
 
 
@@ -91,9 +96,9 @@ UNSET: Any = object()  # "not computed by the caller" (None is a valid effective
 def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy], *,
              scheduling: bool = True, effective: Any = UNSET) -> list[Finding]:
     """Every policy finding for ``obj`` built from ``runtime``: limits of every matching policy, the topology fit of
-    the policy that decides topology, and (with ``scheduling``) the scheduling labels. ``effective``: the caller's
-    ``framework.effective_job_or_none(obj, runtime)`` when it already has it (building the job is the costly part
-    of a review), otherwise computed here."""
+    the policy that decides topology, and (with ``scheduling``) the scheduling labels and pinned values.
+    ``effective``: the caller's ``framework.effective_job_or_none(obj, runtime)`` when it already has it (building
+    the job is the costly part of a review), otherwise computed here."""
     if not matched:
         return []
     out: list[Finding] = []
@@ -115,5 +120,5 @@ def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy]
                 "spec.trainer", {"numNodes": _nodes(obj)},
                 f'fits no topology level of TrainJobPolicy "{outcome.policy.name}": {outcome.result.reason}'))))
     if scheduling:
-        out += scheduling_findings(obj, matched)
+        out += scheduling_findings(obj, runtime, matched, effective)
     return out

@@ -23,7 +23,8 @@ LocalQueues, ClusterQueues and AdmissionChecks, empty where Kueue is not install
 * A worker takes MultiKueue's copy of the job as it is: its mutating webhook applies none of the worker's policy
   defaults (labels, deadline, the ``trainguard.io/policy`` runtimePatch) to a copy, so no job's shape changes after
   the manager's Kueue admitted it. The worker still judges the copy: its validating webhook and its controller
-  apply every Enforce finding (limits, topology fit, scheduling labels) as for any TrainJob. A denied copy is not
+  apply every Enforce finding (limits, topology fit, scheduling labels, pinned values) as for any TrainJob, so a
+  worker policy that pins a queue must allow the manager's (``allowedQueueNames``). A denied copy is not
   created there: Kueue v0.17's MultiKueue retries the create with backoff (its log carries the denial) and the job
   stays pending on the manager; a copy the worker's controller blocks is not built.
 * A copy is a CREATE carrying Kueue's ``kueue.x-k8s.io/multikueue-origin`` label made by a user the worker's admin

@@ -4,6 +4,7 @@ Denied (the policy could never work as written):
 * unreadable fields (wrong types, unknown mode/placement/target) -- normally caught by the CRD schema first;
 * topology levels that are not valid label keys, repeat a label, or do not strictly grow (narrowest first; the
   CRD only checks "sorted", which lets two levels hold the same number of GPUs);
+* alternatives without the value they add to (``allowedQueueNames`` without ``queueName``, ...: ``pinning``);
 * impossible limits: ``maxGpusPerNode`` or ``maxTotalGpus`` of 0 (refuses every GPU job), ``maxGpusPerNode``
   above ``maxTotalGpus``, an empty image prefix or runtime name, an ``allowedRuntimes`` entry that is not
   ``<name>``, ``ClusterTrainingRuntime/<name>`` or ``TrainingRuntime/<name>``, an invalid resource name;
@@ -25,8 +26,9 @@ import re
 from typing import Any, Callable, Mapping
 
 from trainguard.webhook.api.meta import label_selector_matches
-from trainguard.webhook.field import FieldError, duplicate, invalid
+from trainguard.webhook.field import FieldError, duplicate, forbidden, invalid
 from trainguard.webhook.policy.matching import namespace_labels
+from trainguard.webhook.policy.pinning import SETTINGS as PINNED_SETTINGS
 from trainguard.webhook.policy.policy_model import Policy, PolicyParseError, parse_policy
 from trainguard.webhook.policy.runtime_ref import allowed_runtime_entry
 
@@ -76,6 +78,15 @@ def _own_errors(policy: Policy) -> tuple[list[FieldError], list[str]]:
             warnings.append("spec.topology.kaiTopology: not set, so the kai.scheduler/topology annotation is not "
                             "written; KAI needs it to apply the placement")
 
+    for setting in PINNED_SETTINGS:
+        alternatives = setting.alternatives(policy)
+        if alternatives and not setting.value(policy):
+            errors.append(forbidden(setting.allowed_field, f"needs {setting.field}: the alternatives are allowed "
+                                                           "besides it, and it stays the default"))
+        for i, v in enumerate(alternatives):
+            if not v:
+                errors.append(invalid(f"{setting.allowed_field}[{i}]", v, "must not be empty"))
+
     limits = policy.spec.limits
     for field, value in (("maxNodes", limits.max_nodes), ("maxGpusPerNode", limits.max_gpus_per_node),
                          ("maxTotalGpus", limits.max_total_gpus)):
@@ -121,6 +132,7 @@ _SETTINGS: tuple[tuple[str, Callable[[Policy], Any]], ...] = (
      lambda p: p.spec.scheduling.kueue and p.spec.scheduling.kueue.priority_class),
     ("spec.scheduling.kai.queue", lambda p: p.spec.scheduling.kai_queue),
     ("spec.scheduling.schedulerName", lambda p: p.spec.scheduling.scheduler_name),
+    *((s.allowed_field, lambda p, s=s: tuple(sorted(s.alternatives(p))) or None) for s in PINNED_SETTINGS),
     ("spec.topology", lambda p: p.spec.topology.effective() if p.spec.topology else None),
     ("spec.defaults.activeDeadlineSeconds", lambda p: p.spec.defaults.active_deadline_seconds),
     ("spec.defaults.nodeSelector", lambda p: p.spec.defaults.node_selector or None),

@@ -45,8 +45,22 @@ CASES = [
      f"[metadata.labels[{QUEUE}]: Required value", "PolicyScheduling"),
     ("KAI queue missing", dict(scheduling={"kai": {"queue": "research"}}), {}, runtime(),
      f"metadata.labels[{KAI}]: Required value", "PolicyScheduling"),
-    ("a user's own queue value is accepted", dict(scheduling=KUEUE), dict(labels={QUEUE: "mine", PRIORITY: "low"}),
-     runtime(), None, None),
+    # Issue 22: the controller refuses what admission would deny, pinned values included.
+    ("a user's own queue value is refused", dict(scheduling=KUEUE), dict(labels={QUEUE: "mine", PRIORITY: "standard"}),
+     runtime(), f'metadata.labels[{QUEUE}]: Invalid value: "mine": TrainJobPolicy "p" allows only ["team-gpu"]',
+     "PolicyScheduling"),
+    ("an allowed alternative queue is accepted",
+     dict(scheduling={"kueue": dict(KUEUE["kueue"], allowedQueueNames=["mine"])}),
+     dict(labels={QUEUE: "mine", PRIORITY: "standard"}), runtime(), None, None),
+    ("a runtime's own scheduler is refused", dict(scheduling={"schedulerName": "kai-scheduler"}),
+     dict(annotations={"trainguard.io/scheduler-name": "kai-scheduler"}),
+     runtime(rjob("node", ancestor="trainer", schedulerName="other")),
+     'spec.runtimeRef: Invalid value: "other": ClusterTrainingRuntime "torch-distributed" sets it at '
+     "spec.template.spec.replicatedJobs[node].template.spec.template.spec.schedulerName", "PolicyScheduling"),
+    ("pods without the pinned scheduler are refused", dict(scheduling={"schedulerName": "kai-scheduler"}), {},
+     runtime(), "metadata.annotations[trainguard.io/scheduler-name]: Required value: TrainJobPolicy \"p\" allows "
+     'only ["kai-scheduler"] (spec.scheduling.schedulerName): the pods of replicatedJob node would run with the '
+     "default scheduler", "PolicyScheduling"),
     ("Audit finds but does not enforce", dict(mode="Audit", limits={"maxNodes": 1}, scheduling=KUEUE),
      dict(trainer={"numNodes": 100}), runtime(), None, None),
 ]

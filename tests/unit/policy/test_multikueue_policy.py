@@ -123,7 +123,9 @@ def test_no_matching_policy_leaves_managed_by_to_kueue():
 
 # --- worker: MultiKueue's copy ------------------------------------------------------------------------------------
 
-WORKER_POLICY = policy("worker", scheduling={"kueue": {"queueName": "worker-q"}},
+# The worker's own users get worker-q; MultiKueue's copies come through the manager's "dispatch" queue, which the
+# worker's pin must allow (issue 22: a pinned queue holds for copies too).
+WORKER_POLICY = policy("worker", scheduling={"kueue": {"queueName": "worker-q", "allowedQueueNames": ["dispatch"]}},
                        defaults={"nodeSelector": {"pool": "h100"}, "labels": {"team": "ml"}, "activeDeadlineSeconds": 60},
                        limits={"maxNodes": 4})
 
@@ -195,6 +197,19 @@ def test_worker_still_enforces_its_limits_on_a_copy(case, nodes, allowed):
     assert verdict.allowed is allowed, (case, verdict.message)
     if not allowed:
         assert "spec.trainer.numNodes" in verdict.message and '"worker"' in verdict.message
+
+
+def test_worker_pin_without_the_managers_queue_denies_the_copy():
+    """A worker pinning a queue that does not allow the one the manager dispatches through refuses the copy (the
+    job stays pending on the manager), naming the queue to allow."""
+    pinned = copy.deepcopy(WORKER_POLICY)
+    del pinned["spec"]["scheduling"]["kueue"]["allowedQueueNames"]
+    worker = snap(pinned, dispatchers={DISPATCHER})
+    stored = mutated(worker, copy.deepcopy(manager_copy()), username=DISPATCHER)
+    verdict = validate_trainjob(review(stored, username=DISPATCHER), worker)
+    assert not verdict.allowed
+    assert verdict.message.startswith(f'metadata.labels[{QUEUE}]: Invalid value: "dispatch": TrainJobPolicy "worker" '
+                                      'allows only ["worker-q"]'), verdict.message
 
 
 def test_copy_mode_is_the_snapshots_setting_not_the_objects():

@@ -138,6 +138,14 @@ class KueueSettings(View):
     def priority_class(self) -> str | None:
         return self.raw.get("priorityClass")
 
+    @property
+    def allowed_queue_names(self) -> tuple[str, ...]:
+        return _tuple(self.raw.get("allowedQueueNames"))
+
+    @property
+    def allowed_priority_classes(self) -> tuple[str, ...]:
+        return _tuple(self.raw.get("allowedPriorityClasses"))
+
 
 class PolicyScheduling(View):
     """``spec.scheduling``."""
@@ -158,8 +166,17 @@ class PolicyScheduling(View):
         return self._kai.get("queue")
 
     @property
+    def kai_allowed_queues(self) -> tuple[str, ...]:
+        """``kai.allowedQueues``."""
+        return _tuple(self._kai.get("allowedQueues"))
+
+    @property
     def scheduler_name(self) -> str | None:
         return self.raw.get("schedulerName")
+
+    @property
+    def allowed_scheduler_names(self) -> tuple[str, ...]:
+        return _tuple(self.raw.get("allowedSchedulerNames"))
 
 
 class TopologyLevel(View):
