@@ -21,7 +21,8 @@ refused wherever a type is declared except in ``metadata``: no field of these CR
 drops nulls while decoding, before any webhook, and only a file or a direct client sends one (``metadata`` it
 rebuilds from the typed ObjectMeta, which writes ``creationTimestamp: null``). Nothing stricter than the CRD, except
 ``TRAINGUARD_CAPS``: runtimes' replicatedJobs and (init) containers, which upstream's CRDs leave unbounded, are
-capped far above real use and named as trainguard's limit in the denial; the rules that read stored runtimes are
+capped far above real use and named as trainguard's limit in the denial, and so is nesting past ``MAX_DEPTH``
+levels (known fields or not: the copies and merges recurse); the rules that read stored runtimes are
 linear, so a runtime stored without the webhook (or before the caps) costs its size, not its square.
 Not checked: CEL rules (the apiserver's, after the mutating webhooks), the ``minLength`` of names in a runtimePatch
 (left to the schema, so an empty name gets upstream's 422 rather than a 403: it harms no policy code), unique keys
@@ -81,6 +82,7 @@ TRAINGUARD_CAPS: Mapping[tuple[type[BaseModel], str], int] = {
     (core.PodSpec, "initContainers"): 64,
 }
 TRAINGUARD_CAP = "trainguard's limit for runtimes"
+TRAINGUARD_LIMIT = "trainguard's limit"
 
 ROOT_MODELS: Mapping[str, type[BaseModel]] = {
     TRAINJOB_KIND: trainer.TrainJob,
@@ -353,8 +355,36 @@ def _supported(values: tuple[Any, ...]) -> str:
 # --- the API ------------------------------------------------------------------------------------------------
 
 
+# Nesting trainguard admits (the apiserver decodes up to 10,000 levels; unknown fields reach the mutating webhook
+# before pruning, and the merges and copies recurse): the runtime snapshot's cap, far above any real object (~20).
+MAX_DEPTH = 100
+_NAMED_LEVELS = 4  # a denial names the deep branch by its first levels
+
+
+def depth_error(obj: Any) -> FieldError | None:
+    """The first branch nested deeper than ``MAX_DEPTH``, known fields or not; one pass, no recursion."""
+    stack: list[tuple[Any, int, str]] = [(obj, 0, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > MAX_DEPTH:
+            return invalid(path or "<root>", "object",
+                           f"must not nest deeper than {MAX_DEPTH} levels ({TRAINGUARD_LIMIT})")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                if depth < _NAMED_LEVELS:
+                    sub = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+                else:
+                    sub = path
+                stack.append((item, depth + 1, sub))
+    return None
+
+
 def shape_errors(kind: str, obj: Any) -> list[FieldError]:
     """Every way (up to ``MAX_ERRORS``) ``obj`` departs from the ``kind``'s CRD shape and limits; [] when it fits."""
+    too_deep = depth_error(obj)
+    if too_deep is not None:
+        return [too_deep]
     walk = _Walk()
     try:
         walk.value("", obj, _model_shape(ROOT_MODELS[kind]), NO_LIMITS)

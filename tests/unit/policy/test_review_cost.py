@@ -22,7 +22,7 @@ from trainguard.webhook.api.views import jobset as jobset_views
 from trainguard.webhook.field import MAX_MESSAGE_CHARS, MAX_SHOWN_ERRORS, MAX_VALUE_CHARS, aggregate, invalid
 from trainguard.webhook.policy import pipeline, runtime_rules
 from trainguard.webhook.policy.verdict import AdmissionInput
-from trainguard.webhook.policy.well_formed import REASON, shape_errors
+from trainguard.webhook.policy.well_formed import MAX_DEPTH, REASON, depth_error, shape_errors
 from trainguard.webhook.runtime import validate_trainjob
 
 JOB = next(j for j in TRAINJOBS if j["metadata"]["name"] == "llm-ddp")
@@ -233,3 +233,26 @@ def test_runtimes_are_capped_at_the_door_naming_the_field_and_the_cap(case, grow
             verdict = entry(AdmissionInput(operation, over, old, NOW, namespace="team-a"), SNAPSHOT)
             assert not verdict.allowed and verdict.reason == REASON, verdict
             assert verdict.message == message.format(n=n)
+
+
+def nested_job(depth: int) -> dict[str, Any]:
+    """The example job with an unknown field nested so that its innermost object sits ``depth`` levels deep."""
+    job = copy.deepcopy(JOB)
+    inner = job["spec"]["runtimePatches"] = [{"manager": "acme.io/deep", "futureField": {}}]
+    inner = inner[0]["futureField"]
+    for _ in range(depth - 4):  # spec, runtimePatches, [0], futureField
+        inner["next"] = {}
+        inner = inner["next"]
+    return job
+
+
+@pytest.mark.parametrize("entry", [pipeline.mutate_trainjob, pipeline.validate_trainjob], ids=lambda f: f.__name__)
+def test_nesting_past_the_depth_cap_is_denied_at_the_door(entry) -> None:
+    """900 levels of an unknown field (the apiserver decodes up to 10,000) made the copies recurse past Python's
+    limit: a RecursionError, i.e. a policy error (admitted under --on-policy-error allow)."""
+    assert depth_error(nested_job(MAX_DEPTH)) is None
+    for depth in (MAX_DEPTH + 1, 900):
+        verdict = entry(AdmissionInput("CREATE", nested_job(depth), None, NOW, namespace="team-a"), SNAPSHOT)
+        assert not verdict.allowed and verdict.reason == REASON
+        assert verdict.message == ('spec.runtimePatches[0].futureField: Invalid value: "object": must not nest deeper '
+                                   f"than {MAX_DEPTH} levels (trainguard's limit)")
