@@ -22,9 +22,10 @@ rule runs, mutating webhook included.
   3. trainguard: the DatasetCache reference; no pod running as a cache agent's ServiceAccount
      (``agent_identity``; on UPDATE only what the update introduces); the policies' findings (``enforcement``),
      each a denial under ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container,
-     topology fit and the scheduling labels the policies set; on UPDATE (``updates``) what the update introduces, judged by the policies
-     selecting the old OR the new object: a policy's scheduling label removed or changed, an unsuspend without it,
-     a new limit or topology violation.
+     topology fit, the scheduling labels the policies set and the values they pin (``pinning``); on UPDATE
+     (``updates``) what the update introduces, judged by the policies selecting the old OR the new object: a
+     policy's scheduling label or scheduler annotation removed or changed, an unsuspend without the label, a new
+     limit, topology or pinned-value violation.
   Upstream errors come first in the message; trainguard's follow.
 ``enforce_trainjob`` (the controller's defence-in-depth check): the CREATE findings of Enforce policies for a
   TrainJob as it stands, against the runtime the controller builds from.
@@ -209,8 +210,8 @@ def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: st
 
     The controller's defence-in-depth check before it builds (or unsuspends) a JobSet: the same policy checks a
     CREATE gets (limits on every container, topology fit, allowed runtimes, the scheduling labels the matching
-    Enforce policies set), against the runtime the controller will build from (its snapshot, not the live object)
-    and the snapshot's policies and namespace labels. Audit findings and unreadable policies are ignored (nothing
+    Enforce policies set and the values they pin), against the runtime the controller will build from (its
+    snapshot, not the live object) and the snapshot's policies and namespace labels. Audit findings and unreadable policies are ignored (nothing
     to warn at reconcile time). Pure and deterministic.
     """
     policies, _ = parse_all(snapshot.policies)
