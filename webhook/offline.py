@@ -19,6 +19,7 @@ from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_V
 from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.policy import pipeline
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 from trainguard.webhook.policy.runtime_ref import resolve_runtime
 from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, Verdict
 from trainguard.webhook.runtime import BuildError, build_objects, build_runtime_snapshot, placeholder_keys
@@ -139,11 +140,13 @@ def _check(verdict: Verdict, what: str, out: Rendering) -> None:
 
 def render(docs: list[Doc], *, now: datetime, operation: str = "CREATE", old_docs: list[Doc] = (),
            out: Rendering | None = None, snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE,
-           dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> Rendering:
+           dataset_cache_sources: DatasetCacheSources = DatasetCacheSources(),
+           dataset_cache_agents: DatasetCacheAgents = DatasetCacheAgents()) -> Rendering:
     """Admit and build every TrainJob in ``docs``; raise ``Denied`` on the first refusal (warnings gathered so far
     stay in ``out``)."""
-    # The admin's DatasetCache source setting is a flag of the webhook, not an object, so it is a flag here too.
-    snapshot = replace(build_snapshot(docs), dataset_cache_sources=dataset_cache_sources)
+    # The admin's DatasetCache settings are flags of the webhook, not objects, so they are flags here too.
+    snapshot = replace(build_snapshot(docs), dataset_cache_sources=dataset_cache_sources,
+                       dataset_cache_agents=dataset_cache_agents)
     out = out if out is not None else Rendering()
     for d in docs:
         validate = _VALIDATORS.get(d.kind)

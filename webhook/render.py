@@ -9,7 +9,8 @@ they depend on, and it prints what the cluster would store and build::
 It runs exactly what the webhook runs (``trainguard.webhook.policy.pipeline``): every runtime, policy and DatasetCache in the
 input is validated first (ClusterTrainingRuntimes labelled ``trainer.kubeflow.org/webhook-validation: disabled`` are
 skipped, as the webhook's objectSelector skips them; namespaced TrainingRuntimes never are; DatasetCache sources are checked against the admin's setting, given with
-the webhook's flags ``--dataset-cache-allowed-host-path ROOT`` and ``--no-dataset-cache-allow-pvc``); then each
+the webhook's flags ``--dataset-cache-allowed-host-path ROOT`` and ``--no-dataset-cache-allow-pvc``, and what they ask
+for their agents against ``--dataset-cache-allowed-priority-classes`` and the other agent flags); then each
 TrainJob goes through the mutating and then the validating webhook, and the admitted TrainJob through the runtime
 build (``trainguard.webhook.runtime``). Output, one YAML stream on stdout: per TrainJob, the admitted (mutated) TrainJob, then
 every object the reconciler would apply (JobSet, MPI SSH Secret with a placeholder key, hostfile ConfigMap,
@@ -34,11 +35,12 @@ from typing import TextIO
 import yaml
 
 from trainguard.webhook.cli import Run
-from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_flags, dataset_cache_agents, dataset_cache_sources
 from trainguard.webhook.offline import (
     DEFAULT_SNAPSHOT_NAMESPACE, Denied, Doc, InputError, Rendering, build_snapshot, load_documents, render,
 )
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 
 __all__ = ["Denied", "Doc", "InputError", "Rendering", "build_snapshot", "configure", "load_documents", "main",
            "parse_now", "read_files", "render"]
@@ -80,11 +82,12 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--snapshot-namespace", default=DEFAULT_SNAPSHOT_NAMESPACE, metavar="NS",
                         help="the controller's namespace, where it keeps runtime snapshots (default %(default)s)")
 
-    add_dataset_cache_source_flags(parser)
+    add_dataset_cache_flags(parser)
 
     def run(args: argparse.Namespace) -> int:
         return main(args.files, operation=args.operation, old=args.old, now=args.now,
-                    snapshot_namespace=args.snapshot_namespace, dataset_cache_sources=dataset_cache_sources(args))
+                    snapshot_namespace=args.snapshot_namespace, dataset_cache_sources=dataset_cache_sources(args),
+                    dataset_cache_agents=dataset_cache_agents(args))
 
     return run
 
@@ -92,7 +95,8 @@ def configure(parser: argparse.ArgumentParser) -> Run:
 def main(files: list[str], *, operation: str = "CREATE", old: str | None = None, now: datetime | None = None,
          stdout: TextIO | None = None, stderr: TextIO | None = None,
          snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE,
-         dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()) -> int:
+         dataset_cache_sources: DatasetCacheSources = DatasetCacheSources(),
+         dataset_cache_agents: DatasetCacheAgents = DatasetCacheAgents()) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if operation == "UPDATE" and not old:
@@ -103,7 +107,8 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
         docs = read_files(files)
         old_docs = read_files([old]) if old else []
         render(docs, now=now or datetime.now(timezone.utc), operation=operation, old_docs=old_docs, out=result,
-               snapshot_namespace=snapshot_namespace, dataset_cache_sources=dataset_cache_sources)
+               snapshot_namespace=snapshot_namespace, dataset_cache_sources=dataset_cache_sources,
+               dataset_cache_agents=dataset_cache_agents)
     except InputError as e:
         print(f"trainguard render: {e}", file=stderr)
         return 2

@@ -2,8 +2,10 @@
 
 Pure functions (no I/O, no clock: ``now`` comes in) that the reconciler calls:
 
-* ``build_daemonset(cache, image=..., sources=...)``: one agent pod per selected node; refuses (``SourceNotAllowed``)
-  a source the admin's ``DatasetCacheSources`` does not allow, so no caller can mount a hostPath it did not check.
+* ``build_daemonset(cache, image=..., sources=..., agents=..., resources=...)``: one agent pod per selected node;
+  refuses (``SourceNotAllowed``) a source the admin's ``DatasetCacheSources`` does not allow, so no caller can mount a
+  hostPath it did not check, and (``AgentSettingsNotAllowed``) a priority class, toleration, node selector or memory
+  budget the admin's ``DatasetCacheAgents`` does not allow, so none is granted with the controller's rights.
 * ``build_agent_rbac(cache)``: the ServiceAccount/Role/RoleBinding the agents use to report residency.
 * ``compute_status(cache, daemonset, pods, now=...)``: ``status`` for the DatasetCache.
 
@@ -23,13 +25,18 @@ on the pod the token is bound to": ``agent_name()``'s ``trainguard-cache-`` pref
 Memory accounting: page cache is charged to the memory cgroup of the process that first reads it. The agent warms
 the shards, so they are charged to the agent's pod; requesting ``memoryBudget + overhead`` makes the scheduler
 reserve that memory, and the equal limit makes the kernel reclaim the agent's cache pages (not other pods'
-memory) when the budget is exceeded. Page cache is reclaimable, so the limit never OOM-kills the agent for it.
+memory) when the budget is exceeded. Page cache is reclaimable, so the limit never OOM-kills the agent for it;
+the overhead (``AgentResources.memory_overhead``, 128Mi by default) is the agent's own anonymous memory
+(interpreter, index, connection buffers), which the budget does not count. CPU: a request and a limit from the
+admin (``AgentResources``: 100m and 1 by default), so a busy agent (hashing shards while it warms) cannot take a
+node's cores. The memoryBudget itself is capped by the admin (``DatasetCacheAgents.max_memory_budget``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -38,20 +45,22 @@ from pydantic import ValidationError
 from trainguard.cache.report import ANNOTATION_BYTES_RESIDENT, ANNOTATION_SHARDS, ANNOTATION_WARM
 from trainguard.webhook.api.apimachinery import controller_reference, format_time
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND, TRAINGUARD_API_VERSION
-from trainguard.webhook.api.quantity import QuantityError
+from trainguard.webhook.api.quantity import QuantityError, parse_quantity
 from trainguard.webhook.api.trainguard import DatasetCache as DatasetCacheModel
 from trainguard.webhook.api.views import CacheSource, CacheStatus, KubeObject, Pod, find_condition
 from trainguard.webhook.api.views import DatasetCache as DatasetCacheView
 from trainguard.webhook.field import aggregate
-from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, UncleanPath, clean_host_path, source_errors
+from trainguard.webhook.policy.dataset_cache import (
+    DatasetCacheSources, UncleanPath, clean_host_path, shard_glob_errors, source_errors,
+)
+from trainguard.webhook.policy.dataset_cache_agents import AGENT_GPU_TOLERATION, DatasetCacheAgents, agent_errors
 from trainguard.webhook.runtime.dataset_cache import SOCKET_FILENAME, SOCKET_GROUP_ID, socket_host_directory
 
 AGENT_UID = 65532  # the conventional "nonroot" UID of distroless images; fixed so the socket dir can be chowned
 AGENT_HTTP_PORT = 9108
-AGENT_OVERHEAD_BYTES = 128 * 1024 * 1024  # interpreter, index, connection buffers
 DATA_MOUNT_PATH = "/data"
 SOCKET_DIR_IN_POD = "/run/trainguard-cache"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_TOLERATION = AGENT_GPU_TOLERATION
 
 LABEL_CACHE = "trainguard.io/dataset-cache"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -64,6 +73,38 @@ class DatasetCacheSpecError(ValueError):
 class SourceNotAllowed(DatasetCacheSpecError):
     """The DatasetCache reads from a hostPath or PVC the cluster admin does not allow; the message names the field
     and what is allowed."""
+
+
+class AgentSettingsNotAllowed(DatasetCacheSpecError):
+    """The DatasetCache asks its agents for a priority class, toleration, node selector or memory budget the cluster
+    admin does not allow; the message names the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class AgentResources:
+    """The admin's CPU and memory settings of every agent container (controller flags ``--cache-agent-*``; Helm
+    values ``cacheAgent.resources``). Memory request = limit = the cache's memoryBudget + ``memory_overhead``."""
+
+    cpu_request: str = "100m"
+    cpu_limit: str = "1"
+    memory_overhead: str = "128Mi"
+
+    def __post_init__(self) -> None:
+        values = {}
+        for name in ("cpu_request", "cpu_limit", "memory_overhead"):
+            text = getattr(self, name)
+            try:
+                values[name] = parse_quantity(text)
+            except QuantityError as e:
+                raise ValueError(f"cache agent {name.replace('_', ' ')} {text!r}: {e}") from e
+            if values[name].value() <= 0:
+                raise ValueError(f"cache agent {name.replace('_', ' ')} {text!r} must be greater than zero")
+        if values["cpu_request"].milli_value() > values["cpu_limit"].milli_value():
+            raise ValueError(f"cache agent cpu request {self.cpu_request!r} exceeds its limit {self.cpu_limit!r}")
+
+    @property
+    def memory_overhead_bytes(self) -> int:
+        return parse_quantity(self.memory_overhead).value()
 
 
 def buildable_cache(cache: Any) -> DatasetCacheView:
@@ -101,6 +142,9 @@ def _checked(cache: Any) -> tuple[DatasetCacheView, int]:
             f"spec.source.persistentVolumeClaim.path: {source.sub_path!r} must not contain '..'")
     if source.shards.startswith("/") or ".." in source.shards:
         raise DatasetCacheSpecError(f"spec.source.shards: {source.shards!r} must be a relative glob without '..'")
+    glob_errors = shard_glob_errors(wire)
+    if glob_errors:
+        raise DatasetCacheSpecError(aggregate(glob_errors))
     try:
         budget = view.memory_budget_bytes
     except QuantityError as exc:
@@ -134,23 +178,29 @@ def build_daemonset(
     *,
     image: str,
     sources: DatasetCacheSources,
+    agents: DatasetCacheAgents = DatasetCacheAgents(),
+    resources: AgentResources = AgentResources(),
     image_pull_policy: str = "IfNotPresent",
     report_to_pod: bool = True,
 ) -> dict:
     """The DaemonSet running ``cache``'s agents (see the module docstring for the choices).
 
-    Raises ``SourceNotAllowed`` when ``sources`` (the admin's setting) does not allow the cache's source: the
-    agent pods are created by the controller, not the user, so this check is what keeps a namespace user's
-    DatasetCache from mounting an arbitrary node directory past Pod Security.
+    Raises ``SourceNotAllowed`` when ``sources`` (the admin's setting) does not allow the cache's source, and
+    ``AgentSettingsNotAllowed`` when ``agents`` does not allow what it asks for its agents: the agent pods are
+    created by the controller, not the user, so these checks are what keep a namespace user's DatasetCache from
+    mounting an arbitrary node directory past Pod Security, or running node-critical pods on every node.
     """
     view, budget = _checked(cache)
     refused = source_errors(view.raw, sources)
     if refused:
         raise SourceNotAllowed(aggregate(refused))
+    refused = agent_errors(view.raw, agents)
+    if refused:
+        raise AgentSettingsNotAllowed(aggregate(refused))
     cache_name, namespace, source = view.metadata.name, view.metadata.namespace, view.source
     name = agent_name(cache_name)
     labels = selector_labels(cache_name)
-    memory = str(budget + AGENT_OVERHEAD_BYTES)
+    memory = str(budget + resources.memory_overhead_bytes)
     root = DATA_MOUNT_PATH + (f"/{source.sub_path}" if source.sub_path else "")
     args = [
         "cache-agent",
@@ -189,7 +239,8 @@ def build_daemonset(
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
         "ports": [{"name": "http", "containerPort": AGENT_HTTP_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}},
+        "resources": {"requests": {"cpu": resources.cpu_request, "memory": memory},
+                      "limits": {"cpu": resources.cpu_limit, "memory": memory}},
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_MOUNT_PATH, "readOnly": True, "recursiveReadOnly": "IfPossible"},
             {"name": "socket", "mountPath": SOCKET_DIR_IN_POD},
@@ -227,7 +278,7 @@ def build_daemonset(
             f"--socket-group={SOCKET_GROUP_ID}",  # the directory becomes 0750 agent:group
         ],
         "volumeMounts": [{"name": "socket", "mountPath": SOCKET_DIR_IN_POD}],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
         "securityContext": {
             "runAsNonRoot": False,
             "runAsUser": 0,
@@ -250,8 +301,10 @@ def build_daemonset(
         "tolerations": tolerations,
         "terminationGracePeriodSeconds": 10,
     }
-    if view.node_selector:
-        pod_spec["nodeSelector"] = dict(view.node_selector)
+    # The admin's required labels win (agent_errors refused a cache that gives one of them another value).
+    node_selector = {**view.node_selector, **dict(agents.required_node_selector)}
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
     if view.priority_class_name:
         pod_spec["priorityClassName"] = view.priority_class_name
     return {

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT
+from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT, AgentResources
 from trainguard.controller.reconcile.datasetcache import DatasetCacheReconciler
 from trainguard.controller.reconcile.enforcement import rechecked_trainjobs
 from trainguard.controller.reconcile.quota import JOB_UID_LABEL, WorkloadIndex, workload_view
@@ -66,6 +66,7 @@ from trainguard.webhook.kube.resources import (
 )
 from trainguard.webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime.dataset_cache import WAITS_FOR_LABEL
 from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
@@ -115,6 +116,9 @@ class Settings:
     snapshot_namespace: str = "trainguard-system"
     # Where DatasetCaches may read from (the admin's flags); the default refuses every hostPath source.
     dataset_cache_sources: DatasetCacheSources = field(default_factory=DatasetCacheSources)
+    # What DatasetCaches may ask for their agents, and the agents' CPU and memory (the admin's flags).
+    dataset_cache_agents: DatasetCacheAgents = field(default_factory=DatasetCacheAgents)
+    cache_agent_resources: AgentResources = field(default_factory=AgentResources)
 
 
 class Controller:
@@ -180,7 +184,8 @@ class Controller:
         self.cache_reconciler = DatasetCacheReconciler(
             kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
             agent_image=settings.cache_agent_image, gated_pods=self.gated_pods, trainjobs=self.trainjobs,
-            sources=settings.dataset_cache_sources,
+            sources=settings.dataset_cache_sources, agents=settings.dataset_cache_agents,
+            resources=settings.cache_agent_resources,
         )
         self._wire_handlers()
         self._workers: list[asyncio.Task[None]] = []

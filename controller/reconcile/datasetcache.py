@@ -13,7 +13,10 @@ has is deleted (its pods go with it: a DaemonSet cannot be scaled, and keeping i
 still mount the path until rolled). The ServiceAccount/Role/RoleBinding stay (no pod uses them; the cache's
 ownerReference collects them). Status says why: ``Ready=False``, reason ``SourceNotAllowed``, the message naming
 the field and the allowed roots, and a Warning event with the same reason, once per change. When the admin allows
-the source again, the next reconcile builds the agents as usual.
+the source again, the next reconcile builds the agents as usual. What the cache asks for its agents (priority
+class, tolerations, node selector, memory budget) is checked the same way against the admin's ``DatasetCacheAgents``
+(``--dataset-cache-allowed-priority-classes`` and the other agent flags), reason ``AgentSettingsNotAllowed``; a
+source refusal is reported first.
 
 Then, with the status just computed, the trainer pods held for this cache (``holdTrainersUntilWarm``) are released
 or kept waiting by ``gates.GateReleaser`` - also when the cache is gone, so no pod stays gated for a cache that
@@ -26,6 +29,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from trainguard.controller.reconcile.cache_daemonset import (
+    AgentResources,
+    AgentSettingsNotAllowed,
     DatasetCacheSpecError,
     SourceNotAllowed,
     agent_name,
@@ -45,19 +50,24 @@ from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import NotFound
 from trainguard.webhook.kube.resources import DAEMONSETS, DATASET_CACHES, resource_for
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources, source_errors
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents, agent_errors
 
 Object = dict[str, Any]
 
 REASON_SOURCE_NOT_ALLOWED = "SourceNotAllowed"
+REASON_AGENT_SETTINGS_NOT_ALLOWED = "AgentSettingsNotAllowed"
+# What the refusal's status message starts with, per reason.
+_REFUSED_FOR = {REASON_SOURCE_NOT_ALLOWED: "no cache agents run for this source",
+                REASON_AGENT_SETTINGS_NOT_ALLOWED: "no cache agents run with these agent settings"}
 
 
 def refused_status(cache: Mapping[str, Any], message: str, *, now: datetime,
-                   previous: Mapping[str, Any] | None = None) -> dict:
-    """``status`` of a DatasetCache whose source the admin does not allow: nothing desired, nothing ready, and a
+                   previous: Mapping[str, Any] | None = None, reason: str = REASON_SOURCE_NOT_ALLOWED) -> dict:
+    """``status`` of a DatasetCache the admin's settings refuse: nothing desired, nothing ready, and a
     Ready=False condition that says why (its ``lastTransitionTime`` kept while Ready stays False)."""
     status: dict[str, Any] = {
         "nodesDesired": 0, "nodesReady": 0, "bytesResident": 0,
-        "conditions": [{"type": "Ready", "status": "False", "reason": REASON_SOURCE_NOT_ALLOWED,
+        "conditions": [{"type": "Ready", "status": "False", "reason": reason,
                         "message": message, "lastTransitionTime": kept_transition_time(previous, "False", now)}],
     }
     generation = DatasetCache(cache).metadata.generation
@@ -80,6 +90,8 @@ class DatasetCacheReconciler:
         gated_pods: Any = None,  # an Informer over trainer pods labelled trainguard.io/waits-for-dataset-cache
         trainjobs: Any = None,  # an Informer over TrainJobs (events about held pods go to their TrainJob)
         sources: DatasetCacheSources = DatasetCacheSources(),  # the admin's setting; the default refuses hostPath
+        agents: DatasetCacheAgents = DatasetCacheAgents(),  # the admin's setting for what caches ask their agents
+        resources: AgentResources = AgentResources(),
     ) -> None:
         self._kube = kube
         self._caches = caches
@@ -89,6 +101,8 @@ class DatasetCacheReconciler:
         self._image = agent_image
         self._now = now
         self._sources = sources
+        self._agents = agents
+        self._resources = resources
         self._gates = (GateReleaser(kube, gated_pods, trainjobs, events, self._live_cache)
                        if gated_pods is not None else None)
 
@@ -105,16 +119,21 @@ class DatasetCacheReconciler:
                 await self._gates.reconcile(namespace, name, cache)
             return Result()
         cache = {"apiVersion": TRAINGUARD_API_VERSION, "kind": DATASET_CACHE_KIND, **cache}
-        refused = source_errors(cache, self._sources)
+        refused, reason = source_errors(cache, self._sources), REASON_SOURCE_NOT_ALLOWED
+        if not refused:
+            refused, reason = agent_errors(cache, self._agents), REASON_AGENT_SETTINGS_NOT_ALLOWED
         if refused:
-            new_status = await self._refuse(namespace, name, cache, aggregate(refused))
+            new_status = await self._refuse(namespace, name, cache, aggregate(refused), reason)
             if self._gates is not None:
                 await self._gates.reconcile(namespace, name, {**cache, "status": new_status})
             return Result()
         try:
-            objects = [*build_agent_rbac(cache), build_daemonset(cache, image=self._image, sources=self._sources)]
-        except SourceNotAllowed as err:  # source_errors above said yes; the builder's own check is stricter only by bug
+            objects = [*build_agent_rbac(cache), build_daemonset(cache, image=self._image, sources=self._sources,
+                                                                 agents=self._agents, resources=self._resources)]
+        except SourceNotAllowed as err:  # the checks above said yes; the builder's own are stricter only by bug
             raise ReconcileError(REASON_SOURCE_NOT_ALLOWED, str(err)) from err
+        except AgentSettingsNotAllowed as err:
+            raise ReconcileError(REASON_AGENT_SETTINGS_NOT_ALLOWED, str(err)) from err
         except DatasetCacheSpecError as err:
             await self._events.record(cache, "Warning", "DatasetCacheBuildFailed", str(err))
             raise ReconcileError("DatasetCacheSpecError", str(err)) from err
@@ -144,8 +163,8 @@ class DatasetCacheReconciler:
                                             "status": new_status},
                 meta.namespace, subresource="status", field_manager=FIELD_MANAGER)
 
-    async def _refuse(self, namespace: str, name: str, cache: Object, message: str) -> Object:
-        """No agents for a source the admin does not allow: delete the DaemonSet this cache owns, say why."""
+    async def _refuse(self, namespace: str, name: str, cache: Object, message: str, reason: str) -> Object:
+        """No agents for what the admin does not allow: delete the DaemonSet this cache owns, say why."""
         deleted = False
         daemonset = self._daemonsets.get(agent_name(name), namespace)
         if daemonset is not None and controller_owner(daemonset, DATASET_CACHE_KIND, TRAINGUARD_GROUP) == name:
@@ -154,12 +173,12 @@ class DatasetCacheReconciler:
                 deleted = True
             except NotFound:
                 pass
-        note = f"no cache agents run for this source: {message}"
+        note = f"{_REFUSED_FOR[reason]}: {message}"
         previous = DatasetCache(cache).status
-        new_status = refused_status(cache, note, now=self._now(), previous=previous)
+        new_status = refused_status(cache, note, now=self._now(), previous=previous, reason=reason)
         await self._write_status(cache, previous, new_status)
         if deleted or CacheStatus(previous).ready_condition.message != note:
             if deleted:
                 note += f"; the agent DaemonSet {agent_name(name)} was deleted"
-            await self._events.record(cache, "Warning", REASON_SOURCE_NOT_ALLOWED, note)
+            await self._events.record(cache, "Warning", reason, note)
         return new_status

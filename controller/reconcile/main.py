@@ -24,7 +24,7 @@ from typing import Any
 
 from trainguard.process import configure_logging, stop_event
 from trainguard.webhook.cli import Run
-from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_flags, dataset_cache_agents, dataset_cache_sources
 from trainguard.webhook.kube.config import load_config
 from trainguard.webhook.kube.errors import AlreadyExists, Conflict as ApiConflict, NotFound
 from trainguard.webhook.kube.resources import LEASES
@@ -53,7 +53,14 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--leader-elect-retry-period", type=float, default=2.0)
     parser.add_argument("--cache-agent-image", default=os.environ.get("TRAINGUARD_IMAGE", "ghcr.io/trainguard/trainguard:0.1.0"),
                         help="image of the DatasetCache agent DaemonSet")
-    add_dataset_cache_source_flags(parser)
+    parser.add_argument("--cache-agent-cpu-request", default="100m", metavar="QUANTITY",
+                        help="CPU request of every cache agent container (default %(default)s)")
+    parser.add_argument("--cache-agent-cpu-limit", default="1", metavar="QUANTITY",
+                        help="CPU limit of every cache agent container (default %(default)s)")
+    parser.add_argument("--cache-agent-memory-overhead", default="128Mi", metavar="QUANTITY",
+                        help="the agent's own memory on top of the cache's memoryBudget: its memory request and "
+                             "limit are memoryBudget + this (default %(default)s)")
+    add_dataset_cache_flags(parser)
     parser.add_argument("--no-podgroups", action="store_true",
                         help="do not watch PodGroups (scheduler-plugins/Volcano CRDs not installed)")
     parser.add_argument("--snapshot-namespace", default=None,
@@ -72,6 +79,13 @@ def configure(parser: argparse.ArgumentParser) -> Run:
             return 2
 
     return run
+
+
+def agent_resources(args: argparse.Namespace) -> Any:
+    """The agents' ``AgentResources`` from the flags; raises ``ValueError`` naming a bad one."""
+    from trainguard.controller.reconcile.cache_daemonset import AgentResources
+
+    return AgentResources(args.cache_agent_cpu_request, args.cache_agent_cpu_limit, args.cache_agent_memory_overhead)
 
 
 def _host_port(text: str) -> tuple[str, int] | None:
@@ -102,11 +116,15 @@ async def serve_controller(args: argparse.Namespace) -> int:
     metrics = Metrics()
     sources = dataset_cache_sources(args)
     log.info("DatasetCache sources: %s", sources.describe())
+    agents = dataset_cache_agents(args)
+    log.info("DatasetCache agents: %s", agents.describe())
+    resources = agent_resources(args)
     kube = CountingKubeClient(load_config(args.kubeconfig), user_agent="trainguard-controller")
     controller = Controller(
         kube,
         Settings(workers=args.workers, namespace=args.namespace, cache_agent_image=args.cache_agent_image,
                  watch_podgroups=not args.no_podgroups, dataset_cache_sources=sources,
+                 dataset_cache_agents=agents, cache_agent_resources=resources,
                  snapshot_namespace=(args.snapshot_namespace or os.environ.get("POD_NAMESPACE")
                                      or args.leader_elect_namespace or "trainguard-system")),
         metrics,

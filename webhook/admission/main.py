@@ -61,7 +61,7 @@ from trainguard.webhook.admission.server import (
 )
 from trainguard.webhook.admission.tls import CertDirWatcher, ServingCertificate
 from trainguard.webhook.cli import Run
-from trainguard.webhook.dataset_cache_flags import add_dataset_cache_source_flags, dataset_cache_sources
+from trainguard.webhook.dataset_cache_flags import add_dataset_cache_flags, dataset_cache_agents, dataset_cache_sources
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.config import load_config
 from trainguard.webhook.kube.snapshot import ClusterCaches
@@ -132,7 +132,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                      help="on a MultiKueue worker: the username the manager's MultiKueue kubeconfig authenticates as "
                           "(repeatable). TrainJobs it creates with Kueue's multikueue-origin label keep the manager's "
                           "policy decisions; this cluster's policies still validate them (default: none)")
-    add_dataset_cache_source_flags(parser)
+    add_dataset_cache_flags(parser)
 
     certs = parser.add_argument_group("certificates")
     certs.add_argument("--cert-dir", default=None, help="use tls.crt/tls.key provided here (e.g. cert-manager); only watched, never written")
@@ -271,6 +271,7 @@ async def serve(args: argparse.Namespace) -> int:
 
         handler = AdmissionHandler(
             routes, with_admin_settings(caches.snapshot, dataset_cache_sources=dataset_cache_sources(args),
+                                        dataset_cache_agents=dataset_cache_agents(args),
                                         multikueue_dispatchers=frozenset(args.multikueue_dispatcher)),
             metrics, settings,
         )
@@ -303,8 +304,8 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def with_admin_settings(snapshot: Callable[[], ClusterSnapshot], **settings: Any) -> Callable[[], ClusterSnapshot]:
-    """``snapshot`` with the admin's settings (from flags, not from the cluster: the DatasetCache sources, the
-    MultiKueue dispatchers) filled in; the copy is made once per cache change, not per request."""
+    """``snapshot`` with the admin's settings (from flags, not from the cluster: the DatasetCache sources and agent
+    settings, the MultiKueue dispatchers) filled in; the copy is made once per cache change, not per request."""
     last: list[ClusterSnapshot | None] = [None, None]
 
     def current() -> ClusterSnapshot:

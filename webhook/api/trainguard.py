@@ -271,6 +271,12 @@ class PVCSource(KubeModel):
     )
 
 
+# The shard glob's bounds: the agent matches it in linear time whatever it is (``trainguard.cache.shard_glob``), and
+# these keep each match cheap too; no real dataset needs more.
+MAX_SHARD_GLOB_LENGTH = 256
+MAX_SHARD_GLOB_WILDCARDS = 8
+
+
 class DatasetSource(KubeModel):
     """Where the shards are: exactly one of hostPath or persistentVolumeClaim, plus a glob."""
 
@@ -282,10 +288,13 @@ class DatasetSource(KubeModel):
     host_path: HostPathSource | None = spec_field("A directory on each node.")
     persistent_volume_claim: PVCSource | None = spec_field("A PersistentVolumeClaim.")
     shards: str = spec_field(
-        "Glob of shard files relative to the source directory, e.g. train-*.arrow.",
-        required=True, min_length=1, max_length=1024,
+        "Glob of shard files relative to the source directory, e.g. train-*.arrow: * and ? within one directory, "
+        "[...] a character class, **/ any number of directories.",
+        required=True, min_length=1, max_length=MAX_SHARD_GLOB_LENGTH,
         rules=[rule("!self.startsWith('/') && !self.contains('..')",
-                    "shards must be a relative glob and must not contain '..'")],
+                    "shards must be a relative glob and must not contain '..'"),
+               rule(f"size(self) - size(self.replace('*', '')) <= {MAX_SHARD_GLOB_WILDCARDS}",
+                    f"shards must contain at most {MAX_SHARD_GLOB_WILDCARDS} '*' characters")],
     )
 
 

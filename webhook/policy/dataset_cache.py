@@ -30,14 +30,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from trainguard.webhook.api.trainguard import MAX_SHARD_GLOB_LENGTH, MAX_SHARD_GLOB_WILDCARDS
 from trainguard.webhook.api.views import DatasetCache
-from trainguard.webhook.field import FieldError, aggregate, forbidden, invalid
+from trainguard.webhook.field import FieldError, aggregate, forbidden, invalid, too_long
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, referenced_cache_name
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ANNOTATION_PATH = f"metadata.annotations[{DATASET_CACHE_ANNOTATION}]"
 HOST_PATH_FIELD = "spec.source.hostPath.path"
 PVC_FIELD = "spec.source.persistentVolumeClaim"
+SHARDS_FIELD = "spec.source.shards"
 # Where an admin changes the setting, named in every refusal so a user knows whom to ask and what for.
 HOST_PATH_SETTING = "--dataset-cache-allowed-host-path (Helm value datasetCache.allowedHostPathRoots)"
 PVC_SETTING = "--dataset-cache-allow-pvc (Helm value datasetCache.allowPersistentVolumeClaims)"
@@ -154,11 +156,28 @@ def reference_errors(
     )]
 
 
+def shard_glob_errors(obj: Mapping[str, Any]) -> list[FieldError]:
+    """The glob within its bounds (the CRD's too; the webhook and the controller check it before the apiserver's CEL
+    has, or without it): at most ``MAX_SHARD_GLOB_LENGTH`` characters and ``MAX_SHARD_GLOB_WILDCARDS`` ``*``."""
+    shards = DatasetCache(obj).source.shards
+    if not isinstance(shards, str):
+        return []  # the door check names the type
+    if len(shards) > MAX_SHARD_GLOB_LENGTH:
+        return [too_long(SHARDS_FIELD, MAX_SHARD_GLOB_LENGTH)]
+    stars = shards.count("*")
+    if stars > MAX_SHARD_GLOB_WILDCARDS:
+        return [invalid(SHARDS_FIELD, shards, f"must contain at most {MAX_SHARD_GLOB_WILDCARDS} '*' characters "
+                                              f"(it has {stars}): each one multiplies the work of matching a name")]
+    return []
+
+
 def dataset_cache_errors(obj: Mapping[str, Any]) -> list[FieldError]:
-    """What the CRD's CEL rules cannot say: the name becomes a host directory and an agent object name."""
+    """What the CRD's CEL rules say about the glob, and what they cannot say: the name becomes a host directory
+    and an agent object name."""
+    errors = shard_glob_errors(obj)
     name = DatasetCache(obj).metadata.name or ""
     if not _DNS_LABEL.match(name) or len(name) > 63:
-        return [invalid("metadata.name", name,
-                        "must be a DNS-1123 label (lowercase letters, digits, '-', at most 63 characters): the "
-                        "cache agent's host directory and DaemonSet are named after it")]
-    return []
+        errors.append(invalid("metadata.name", name,
+                              "must be a DNS-1123 label (lowercase letters, digits, '-', at most 63 characters): the "
+                              "cache agent's host directory and DaemonSet are named after it"))
+    return errors

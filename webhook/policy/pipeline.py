@@ -52,7 +52,9 @@ from trainguard.webhook.api.constants import (
 )
 from trainguard.webhook.api.views import Meta, TrainJob
 from trainguard.webhook.field import FieldError, aggregate
-from trainguard.webhook.policy import agent_identity, dataset_cache, framework, multikueue, runtime_rules
+from trainguard.webhook.policy import (
+    agent_identity, dataset_cache, dataset_cache_agents, framework, multikueue, runtime_rules,
+)
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
 from trainguard.webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, UNSET, Finding, findings
 from trainguard.webhook.policy.matching import matching_policies, parse_all
@@ -265,9 +267,13 @@ def validate_trainjob_policy(review: AdmissionInput, snapshot: ClusterSnapshot) 
 
 @checked(DATASET_CACHE_KIND)
 def validate_dataset_cache(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verdict:
-    """DatasetCache: what the CRD's CEL rules cannot check, and whether the admin allows its source."""
+    """DatasetCache: what the CRD's CEL rules cannot check, and whether the admin allows its source and what it
+    asks for its agents (priority class, tolerations, node selector, memory budget)."""
     if not _admits(review):
         return Verdict.allow()
     source_errors, warnings = dataset_cache.source_findings(
         review.obj, review.old_obj, snapshot.dataset_cache_sources)
-    return _decide(dataset_cache.dataset_cache_errors(review.obj) + source_errors, warnings, CACHE_OBJECT)
+    agent_errors, agent_warnings = dataset_cache_agents.agent_findings(
+        review.obj, review.old_obj, snapshot.dataset_cache_agents)
+    return _decide(dataset_cache.dataset_cache_errors(review.obj) + source_errors + agent_errors,
+                   warnings + agent_warnings, CACHE_OBJECT)

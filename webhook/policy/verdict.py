@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, Mapping
 
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 Object = dict[str, Any]
@@ -39,6 +40,9 @@ class ClusterSnapshot:
     # Where DatasetCaches may read from: the admin's setting (webhook flags), not a watched object, so no namespace
     # user can write it. The default refuses every hostPath source.
     dataset_cache_sources: DatasetCacheSources = DatasetCacheSources()
+    # What DatasetCaches may ask for their agents (priority classes, tolerations, node selector, memory budget): the
+    # admin's setting too. The default allows no priority class, no toleration, at most 64Gi.
+    dataset_cache_agents: DatasetCacheAgents = DatasetCacheAgents()
     # Kueue's queues, for MultiKueue's managedBy defaulting (``multikueue``); empty where Kueue is not installed.
     # (namespace, LocalQueue name) -> the LocalQueue's ClusterQueue
     kueue_local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)

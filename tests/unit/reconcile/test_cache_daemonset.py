@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from trainguard.controller.reconcile.cache_daemonset import (
-    AGENT_OVERHEAD_BYTES,
     AGENT_UID,
     ANNOTATION_BYTES_RESIDENT,
     ANNOTATION_SHARDS,
@@ -24,10 +23,14 @@ from trainguard.controller.reconcile.cache_daemonset import (
 )
 from trainguard.webhook.api.trainguard import DatasetCache
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 # The admin's setting these caches are built under: hostPaths below /mnt/datasets, PVCs allowed.
 ALLOWED = DatasetCacheSources.of(["/mnt/datasets"])
+# ... and an admin who lets caches use this priority class, taint key and node labels (the defaults allow none).
+AGENTS = DatasetCacheAgents.of(priority_classes=["system-node-critical"], toleration_keys=["dedicated"],
+                               node_selector_keys=["a", "nvidia.com/gpu.product"])
 
 
 def cache(**spec: Any) -> dict:
@@ -69,9 +72,9 @@ def test_hostpath_cache_builds_a_locked_down_agent() -> None:
     assert volumes["data"]["hostPath"] == {"path": "/mnt/datasets/imagenet", "type": "Directory"}
     assert volumes["socket"]["hostPath"]["path"] == "/var/run/trainguard/cache/team-a/imagenet"
     budget = 8 * 2**30
-    assert container["resources"] == {
-        "requests": {"cpu": "100m", "memory": str(budget + AGENT_OVERHEAD_BYTES)},
-        "limits": {"memory": str(budget + AGENT_OVERHEAD_BYTES)},
+    assert container["resources"] == {  # the default AgentResources: 100m / 1 CPU, the budget + 128Mi of memory
+        "requests": {"cpu": "100m", "memory": str(budget + 128 * 2**20)},
+        "limits": {"cpu": "1", "memory": str(budget + 128 * 2**20)},
     }
     assert f"--memory-budget={budget}" in container["args"] and "--glob=train-*.tar" in container["args"]
     assert "--root=/data" in container["args"]
@@ -106,13 +109,14 @@ def test_pvc_source_mounts_read_only_with_sub_path_as_root() -> None:
     ],
 )
 def test_optional_scheduling_fields(spec: dict, key: str, expected: Any) -> None:
-    assert pod_spec(build_daemonset(cache(**spec), image="img", sources=ALLOWED))[key] == expected
+    assert pod_spec(build_daemonset(cache(**spec), image="img", sources=ALLOWED, agents=AGENTS))[key] == expected
 
 
 def test_model_and_dict_build_the_same() -> None:
     wire = cache(nodeSelector={"a": "b"})
     model = DatasetCache.parse(wire)
-    assert build_daemonset(model, image="img", sources=ALLOWED) == build_daemonset(wire, image="img", sources=ALLOWED)
+    assert build_daemonset(model, image="img", sources=ALLOWED, agents=AGENTS) \
+        == build_daemonset(wire, image="img", sources=ALLOWED, agents=AGENTS)
 
 
 def test_build_is_deterministic_and_does_not_touch_its_input() -> None:
@@ -166,7 +170,7 @@ def test_the_daemonset_shares_no_dict_with_the_cache() -> None:
     """The caller may edit the DaemonSet (apply, tests); the cache it came from stays as read."""
     wire = cache(nodeSelector={"a": "b"}, tolerations=[{"key": "dedicated", "operator": "Exists"}])
     before = copy.deepcopy(wire)
-    ds = build_daemonset(wire, image="img", sources=ALLOWED)
+    ds = build_daemonset(wire, image="img", sources=ALLOWED, agents=AGENTS)
     for toleration in pod_spec(ds)["tolerations"]:
         toleration["effect"] = "NoExecute"
     pod_spec(ds)["nodeSelector"]["a"] = "changed"
