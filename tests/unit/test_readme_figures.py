@@ -48,6 +48,10 @@ def cost(n: int) -> Callable[[str], float]:
     return lambda key: next(r[key] for r in stored("admission_cost_bench")["rows"] if r["n"] == n)
 
 
+def review_cost(tree: str, shape: str, key: str) -> Callable[[], float]:
+    return lambda: next(r[key] for r in stored("review_cost_bench")["rows"] if r["tree"] == tree and r["shape"] == shape)
+
+
 def server(stat: str, pick: Callable[..., float]) -> Callable[[], float]:
     hist = lambda: stored("admission_bench")["server_histogram"]  # noqa: E731
     return lambda: pick(h[stat] for cell in hist().values() for h in cell.values())
@@ -184,6 +188,12 @@ FIGURES: list[tuple[str, list[Callable[[], float]]]] = [
       lambda: conn("after", "nofile_1024", "log_bytes_15s")() / KB]),
     (r"\| one review with a 6,000-entry `env` \(decode \+ mutate \+ validate\) \| ([\d.]+) s \| ([\d.]+) ms \|",
      [lambda: cost(6000)("before_ms") / 1000, lambda: cost(6000)("after_ms")]),
+    (r"\| one review of a 70 KB TrainJob naming 1,500 patch targets the runtime lacks: CPU / message \| ([\d.,]+) ms / "
+     r"([\d,]+) chars \| ([\d.,]+) ms / ([\d,]+) chars \|",
+     [review_cost(t, "missing-targets", k) for t in ("before", "after") for k in ("attack_ms", "message_chars")]),
+    (r"\| one review of a 1 MB ClusterTrainingRuntime of 6,000 jobs with `dependsOn`: CPU / peak RSS \(chart limit "
+     r"512 MiB\) \| ([\d.,]+) ms / ([\d,]+) MiB \| ([\d.,]+) ms / ([\d,]+) MiB \|",
+     [review_cost(t, "runtime-depends-on", k) for t in ("before", "after") for k in ("attack_ms", "peak_rss_mib")]),
     (r"puts a good request without attack at ([\d.]+) ms p50 before and ([\d.]+) ms after",
      [conn("before", "good_baseline_p50_ms"), conn("after", "good_baseline_p50_ms")]),
     # Admission latency (admission_bench.json)

@@ -382,15 +382,16 @@ def depth_error(obj: Any) -> FieldError | None:
 
 def shape_errors(kind: str, obj: Any) -> list[FieldError]:
     """Every way (up to ``MAX_ERRORS``) ``obj`` departs from the ``kind``'s CRD shape and limits; [] when it fits."""
-    too_deep = depth_error(obj)
-    if too_deep is not None:
-        return [too_deep]
     walk = _Walk()
     try:
+        # the typed walk first: it recurses no deeper than the models and denies an oversized list from its length
         walk.value("", obj, _model_shape(ROOT_MODELS[kind]), NO_LIMITS)
     except _Full:
         pass
-    return walk.errors
+    if walk.errors:
+        return walk.errors
+    too_deep = depth_error(obj)
+    return [too_deep] if too_deep is not None else []
 
 
 Entry = Callable[[AdmissionInput, ClusterSnapshot], Verdict]

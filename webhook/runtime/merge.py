@@ -21,7 +21,8 @@ All functions return new values and never modify their arguments.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from trainguard.webhook.api import views
 from trainguard.webhook.runtime.json_copy import deep_copy
