@@ -1,6 +1,6 @@
 """Family 2: what a TrainJobPolicy does to ``kubectl apply`` of a TrainJob, through the real apiserver.
 
-Kueue / KAI defaults (user labels win), Kueue-managed jobs created suspended, GPU topology hints in ONE runtimePatch
+Kueue / KAI defaults (a user's label is kept when the policy lists it, denied otherwise: issue 22), Kueue-managed jobs created suspended, GPU topology hints in ONE runtimePatch
 owned by ``trainguard.io/policy`` (stable across UPDATEs and re-creates), a job too large for any topology level
 (Enforce: 403 with the numbers; Audit: admitted with the warning), limits naming field, value and policy, and the
 namespace selector (a namespace outside it is untouched).
@@ -91,11 +91,12 @@ class LabelCase:
     user_suspend: bool | None = None
 
 
-KUEUE_POLICY = {"scheduling": {"kueue": {"queueName": "team-q", "priorityClass": "high"}}}
+KUEUE_POLICY = {"scheduling": {"kueue": {"queueName": "team-q", "allowedQueueNames": ["mine"],
+                                         "priorityClass": "high", "allowedPriorityClasses": ["low"]}}}
 LABEL_CASES = [
     LabelCase("policy-sets-queue-and-priority", {}, {QUEUE: "team-q", PRIORITY: "high"}, True),
-    LabelCase("user-queue-wins", {QUEUE: "mine"}, {QUEUE: "mine", PRIORITY: "high"}, True),
-    LabelCase("user-priority-wins", {PRIORITY: "low"}, {QUEUE: "team-q", PRIORITY: "low"}, True),
+    LabelCase("user-queue-listed-is-kept", {QUEUE: "mine"}, {QUEUE: "mine", PRIORITY: "high"}, True),
+    LabelCase("user-priority-listed-is-kept", {PRIORITY: "low"}, {QUEUE: "team-q", PRIORITY: "low"}, True),
     LabelCase("kueue-job-suspended-even-if-user-says-false", {}, {QUEUE: "team-q"}, True, user_suspend=False),
 ]
 
@@ -115,8 +116,18 @@ def test_kueue_defaults(kube: Kube, namespace: str, case: LabelCase) -> None:
     assert policy_patches(stored) == []  # nothing to patch: no topology, KAI or pod defaults
 
 
+def test_a_queue_the_policy_does_not_list_is_denied(kube: Kube, namespace: str) -> None:
+    s = setup(kube, namespace, KUEUE_POLICY)
+    proc = kube.apply(trainjob(unique("tj"), namespace, s.runtime, labels={PRIORITY: "highest"}))
+    check(proc, Denied(TRAINJOB_VALIDATOR, (
+        f'metadata.labels[{PRIORITY}]: Invalid value: "highest": TrainJobPolicy "{s.policy}" allows only '
+        '["high", "low"] (spec.scheduling.kueue.priorityClass, spec.scheduling.kueue.allowedPriorityClasses)',)))
+
+
 def test_kai_queue_and_scheduler_name(kube: Kube, namespace: str) -> None:
-    s = setup(kube, namespace, {"scheduling": {"kai": {"queue": "research"}, "schedulerName": "kai-scheduler"}})
+    s = setup(kube, namespace, {"scheduling": {"kai": {"queue": "research", "allowedQueues": ["mine"]},
+                                               "schedulerName": "kai-scheduler",
+                                               "allowedSchedulerNames": ["default-scheduler"]}})
     proc = kube.apply(trainjob(unique("tj"), namespace, s.runtime))
     check(proc, Admitted())
     stored = json.loads(proc.stdout)
@@ -126,13 +137,16 @@ def test_kai_queue_and_scheduler_name(kube: Kube, namespace: str) -> None:
     [own] = policy_patches(stored)
     assert own["trainingRuntimeSpec"]["template"]["metadata"]["labels"] == {KAI_QUEUE: "research"}
     assert own["time"].endswith("Z")
-    # The user's own KAI queue label and scheduler annotation win.
+    # The user's own KAI queue label and scheduler annotation are kept where the policy lists them (issue 22).
     mine = kube.apply(trainjob(unique("tj"), namespace, s.runtime, labels={KAI_QUEUE: "mine"},
                                annotations={SCHEDULER_NAME: "default-scheduler"}))
     check(mine, Admitted())
     stored = json.loads(mine.stdout)
     assert stored["metadata"]["labels"][KAI_QUEUE] == "mine"
     assert stored["metadata"]["annotations"][SCHEDULER_NAME] == "default-scheduler"
+    other = kube.apply(trainjob(unique("tj"), namespace, s.runtime, labels={KAI_QUEUE: "other"}))
+    check(other, Denied(TRAINJOB_VALIDATOR, (f'metadata.labels[{KAI_QUEUE}]: Invalid value: "other": TrainJobPolicy '
+                                             f'"{s.policy}" allows only ["research", "mine"]',)))
 
 
 # --- topology hints ---------------------------------------------------------------------------------------------
