@@ -133,6 +133,19 @@ def _trainguard_denies(kinds: tuple[str, ...], phases: tuple[str, ...], field: s
     return accept
 
 
+def _counts_more(upstream: dict[str, Any] | None, ours: dict[str, Any] | None, where: str) -> None:
+    """The documented shape only: every resource upstream counts, trainguard counts at least as much of (a limit may
+    stand in for a container's missing request); what trainguard adds is resources upstream leaves out."""
+    from trainguard.webhook.api.quantity import parse_quantity
+
+    upstream, ours = upstream or {}, ours or {}
+    for name, amount in upstream.items():
+        if name not in ours:
+            raise NotThisDifference(f"{where}: trainguard drops {name} ({amount}) that upstream counts")
+        if parse_quantity(ours[name]) < parse_quantity(amount):
+            raise NotThisDifference(f"{where}: trainguard counts less {name} ({ours[name]}) than upstream ({amount})")
+
+
 def _minresources(up: Reading, tg: Reading) -> tuple[Reading, Reading]:
     up, tg = copy.deepcopy(up), copy.deepcopy(tg)
     changed = False
@@ -141,6 +154,7 @@ def _minresources(up: Reading, tg: Reading) -> tuple[Reading, Reading]:
             a = up["objects"][k].get("spec", {})
             b = tg["objects"][k].get("spec", {})
             if a.get("minResources") != b.get("minResources"):
+                _counts_more(a.get("minResources"), b.get("minResources"), k)
                 changed = True
                 a.pop("minResources", None)
                 b.pop("minResources", None)

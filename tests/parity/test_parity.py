@@ -100,3 +100,22 @@ def test_parity(parity_run, case_name: str) -> None:
         note = f" ({case.note})" if case.note else ""
         pytest.fail(f"case {case_name}{note} differs from upstream v2.3.0 ({len(lines)} places):\n"
                     f"{render_diff(lines)}\nlogs:\n{logs}", pytrace=False)
+
+
+def test_minresources_acceptor_takes_only_the_documented_shape() -> None:
+    """trainguard may count more of a resource (a limit standing in for a request) or one upstream leaves out;
+    counting less, or dropping one, is another difference and must not be accepted."""
+    accept = ACCEPT["podgroup-limit-only-resources"]
+
+    def reading(min_resources: dict[str, str]) -> dict:
+        return {"admission": {}, "objects": {"PodGroup/x": {"spec": {"minMember": 2, "minResources": min_resources}}}}
+
+    up = reading({"cpu": "4", "memory": "8Gi"})
+    a, b = accept(up, reading({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "16"}))
+    assert a == b
+    accept(up, reading({"cpu": "4500m", "memory": "8Gi"}))
+    for other in ({"cpu": "4"}, {"cpu": "3", "memory": "8Gi"}, {"cpu": "4", "memory": "7Gi", "nvidia.com/gpu": "8"}):
+        with pytest.raises(NotThisDifference):
+            accept(up, reading(other))
+    with pytest.raises(NotThisDifference):
+        accept(up, reading({"cpu": "4", "memory": "8Gi"}))
