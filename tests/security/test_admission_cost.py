@@ -11,6 +11,10 @@ policy path is live).
    AdmissionReview code 500 (``AttributeError``, ``QuantityError``). Now each is a 403 denial naming the field, on
    CREATE and on UPDATE; a well-formed neighbour is admitted and defaulted.
 
+Issue 22 part 5: a 70 KB TrainJob whose runtimePatches name 1,500 jobs the runtime lacks ran past
+``--policy-timeout`` (an InternalError); a TrainingRuntime of 3,000 jobs with ``dependsOn`` was stored. Now the first
+is a 403 quoting 8 KiB of the list, the second is denied at the door naming trainguard's cap.
+
 The only timing is a generous failure bound on the attack (it must not take the webhook's 5 s timeout, let alone
 96 s); figures are in ``bench/admission_cost_bench.py``.
 """
