@@ -5,8 +5,9 @@ Each test performs the attack as the ``namespace_user`` would (kubectl with the 
 attack fails while the legitimate neighbour still works.
 
 1. A TrainJob that skipped admission (no webhook registered, as under ``failurePolicy: Ignore``) and that an Enforce
-   TrainJobPolicy denies: no JobSet, ``trainguard.io/state: Blocked`` and a ``PolicyDenied`` event saying why; a
-   compliant job beside it is built; relaxing the policy builds the blocked one.
+   TrainJobPolicy denies: no JobSet, ``trainguard.io/state: Blocked``, ``Suspended=True/PolicyDenied`` and one
+   ``PolicyDenied`` event saying why; a compliant job beside it is built; relaxing the policy builds the blocked one.
+   (Its Kueue quota handed back: ``tests/e2e/test_kueue_blocked.py``.)
 2. The runtime snapshot: the user plants a snapshot (``<job>-runtime-snapshot`` with the TrainJob as owner, as older
    versions kept it, or ``runtime-snapshot-<uid>`` in their namespace) asking for ``privileged``, ``hostNetwork`` and
    an extra replicated job of 50 x 64 GPUs; the real one lives where the user cannot write (Forbidden). The JobSet
@@ -150,8 +151,12 @@ def test_a_job_that_skipped_admission_and_an_enforce_policy_denies_is_not_built(
     assert denied[0]["type"] == "Warning"
     assert "spec.trainer.numNodes: Invalid value: 8: 8 nodes exceed maxNodes 1" in denied[0]["note"], denied[0]
     assert policy in denied[0]["note"]
-    job = get(cluster, "trainjob", "too-big", namespace)
-    assert not (job.get("status") or {}).get("conditions"), "no condition: the kubeflow SDK reads the list as is"
+    # Upstream's Suspended condition says it is held and why (never Resumed: nothing of it runs).
+    held = wait_for("the PolicyDenied condition", lambda: next(
+        (c for c in (get(cluster, "trainjob", "too-big", namespace).get("status") or {}).get("conditions") or []
+         if c["type"] == "Suspended"), None))
+    assert held["status"] == "True" and held["reason"] == "PolicyDenied", held
+    assert "8 nodes exceed maxNodes 1" in held["message"] and policy in held["message"], held
     # The user cannot clear the block by editing the state label: the controller sets it back and builds nothing.
     namespace_user.kubectl("label", "trainjob", "too-big", f"{STATE}=Created", "--overwrite")
     wait_for("Blocked again", lambda: (get(cluster, "trainjob", "too-big", namespace) or {})
@@ -162,6 +167,12 @@ def test_a_job_that_skipped_admission_and_an_enforce_policy_denies_is_not_built(
     cluster.kubectl("patch", "trainjobpolicy", policy, "--type=merge", "-p", '{"spec":{"limits":{"maxNodes":8}}}')
     built = wait_for("too-big built once allowed", lambda: get(cluster, "jobset", "too-big", namespace))
     assert built["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 8
+    resumed = wait_for("Resumed once built", lambda: next(
+        (c for c in (get(cluster, "trainjob", "too-big", namespace).get("status") or {}).get("conditions") or []
+         if c["type"] == "Suspended" and c["status"] == "False"), None))
+    assert resumed["reason"] == "Resumed"
+    # One PolicyDenied for the one denial, however often the job was reconciled while blocked.
+    assert len([e for e in events_for(cluster, namespace, "too-big") if e["reason"] == "PolicyDenied"]) == 1
 
 
 # ---- 2: the runtime snapshot --------------------------------------------------------------------------------------
