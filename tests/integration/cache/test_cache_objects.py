@@ -8,7 +8,12 @@ from datetime import datetime, timezone
 
 from trainguard.controller.reconcile.cache_daemonset import build_agent_rbac, build_daemonset, compute_status
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 from trainguard.webhook.runtime.dataset_cache import DATASET_CACHE_ANNOTATION, wire_dataset_cache
+
+
+# The admin lets caches tolerate the "dedicated" taint (no toleration key is allowed by default).
+AGENTS = DatasetCacheAgents.of(toleration_keys=["dedicated"])
 
 
 def _create(cluster, obj: dict) -> dict:
@@ -30,7 +35,8 @@ def test_daemonset_and_rbac_are_accepted(cluster, namespace: str) -> None:
     for obj in build_agent_rbac(cache):
         _create(cluster, obj)
     allowed = DatasetCacheSources.of(["/mnt/datasets"])  # the admin's setting (no hostPath is allowed by default)
-    created = _create(cluster, build_daemonset(cache, image="ghcr.io/acme/trainguard:0.1.0", sources=allowed))
+    created = _create(cluster, build_daemonset(cache, image="ghcr.io/acme/trainguard:0.1.0", sources=allowed,
+                                                   agents=AGENTS))
     pod = created["spec"]["template"]["spec"]
     # The apiserver keeps the data mount recursively read-only (it drops fields it does not know).
     data_mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "data")
@@ -51,7 +57,8 @@ def test_pvc_daemonset_is_accepted(cluster, namespace: str) -> None:
     cache = _dataset_cache(
         cluster, namespace, {"persistentVolumeClaim": {"claimName": "datasets", "path": "imagenet"}, "shards": "**/*"}
     )
-    created = _create(cluster, build_daemonset(cache, image="img:1", sources=DatasetCacheSources(), report_to_pod=False))
+    created = _create(cluster, build_daemonset(cache, image="img:1", sources=DatasetCacheSources(), agents=AGENTS,
+                                               report_to_pod=False))
     volumes = {v["name"]: v for v in created["spec"]["template"]["spec"]["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
 
