@@ -100,7 +100,8 @@ def build_steps(lines: Iterable[str]) -> list[dict[str, Any]]:
     for line in lines:
         found = BUILT.match(ANSI.sub("", line).strip())
         if found:
-            out.append({"tool": found["tool"], "what": found["what"] or "all", "seconds": int(found["s"])})
+            what = found["what"] or ("total" if " done in " in found.group(0) else "all")
+            out.append({"tool": found["tool"], "what": what, "seconds": int(found["s"])})
     return out
 
 

@@ -139,7 +139,7 @@ def test_install_steps_and_folder_times_are_read_from_the_log() -> None:
     ]
     assert rehearse.build_steps(log) == [
         {"tool": "build-tools", "what": "etcd", "seconds": 42}, {"tool": "torch-env", "what": "all", "seconds": 166},
-        {"tool": "images", "what": "base", "seconds": 95}, {"tool": "build-tools", "what": "all", "seconds": 1803}]
+        {"tool": "images", "what": "base", "seconds": 95}, {"tool": "build-tools", "what": "total", "seconds": 1803}]
     assert rehearse.folder_seconds(log) == [
         {"folder": "tests/integration/chart", "seconds": 16.0, "tests": 1},
         {"folder": "tests/unit", "seconds": 2.0, "tests": 1},
