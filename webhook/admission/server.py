@@ -225,6 +225,9 @@ class AdmissionHandler:
                 "operation": req.operation, "dry_run": req.dry_run, "verdict": outcome.verdict,
                 "reason": outcome.reason, "patch_ops": outcome.patch_ops, "patch_bytes": outcome.patch_bytes,
                 "warnings": outcome.warnings, "duration_ms": round(elapsed * 1000, 3),
+                # What an admin needs to see what Audit (or a denial) said, and to whom; bounded (``_log_texts``).
+                "user": _capped(str(req.user_info.get("username") or ""), LOG_TEXT_MAX),
+                "warning_texts": _log_texts(outcome.warning_texts), "denial": _capped(outcome.message, LOG_TEXT_MAX),
             },
         )
         return web.json_response(response, dumps=_dumps)
@@ -285,7 +288,8 @@ class AdmissionHandler:
             reason = verdict.reason or "Denied"
             self.metrics.denials.labels(route.name, reason).inc()
             message = verdict.message or "denied by policy"
-            return denied_response(req.uid, message, warnings=warnings), Outcome("denied", reason, warnings=len(warnings))
+            return denied_response(req.uid, message, warnings=warnings), Outcome(
+                "denied", reason, warnings=len(warnings), warning_texts=tuple(warnings), message=message)
         if route.mutating and verdict.obj is not None:
             try:
                 patch = make_patch(req.object, verdict.obj)
@@ -296,8 +300,9 @@ class AdmissionHandler:
             if patch:
                 size = len(encode_patch(patch))
                 self.metrics.patch_bytes.labels(route.name).observe(size)
-                return allowed_response(req.uid, patch=patch, warnings=warnings), Outcome("patched", patch_ops=len(patch), patch_bytes=size, warnings=len(warnings))
-        return allowed_response(req.uid, warnings=warnings), Outcome("allowed", warnings=len(warnings))
+                return allowed_response(req.uid, patch=patch, warnings=warnings), Outcome("patched", patch_ops=len(patch), patch_bytes=size, warnings=len(warnings), warning_texts=tuple(warnings))
+        return allowed_response(req.uid, warnings=warnings), Outcome("allowed", warnings=len(warnings),
+                                                                     warning_texts=tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -307,6 +312,27 @@ class Outcome:
     patch_ops: int = 0
     patch_bytes: int = 0
     warnings: int = 0
+    warning_texts: tuple[str, ...] = ()
+    message: str | None = None  # the denial's
+
+
+# The admission log line carries the warnings' and the denial's text: bounded, so one review's line stays a few KiB
+# (a denial may aggregate many field errors; the response itself is bounded by ``bound_warnings``).
+LOG_TEXT_MAX = 512
+LOG_WARNINGS_MAX = 8
+
+
+def _capped(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
+def _log_texts(texts: tuple[str, ...]) -> list[str]:
+    out = [t for t in (_capped(t, LOG_TEXT_MAX) for t in texts[:LOG_WARNINGS_MAX]) if t is not None]
+    if len(texts) > LOG_WARNINGS_MAX:
+        out.append(f"... {len(texts) - LOG_WARNINGS_MAX} more")
+    return out
 
 
 class _TooLarge(Exception):

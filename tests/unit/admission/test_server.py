@@ -279,6 +279,49 @@ async def test_each_review_logs_one_structured_line(server, json_logs) -> None:
     assert line["operation"] == "CREATE" and line["patch_ops"] == 2 and "duration_ms" in line
 
 
+async def test_the_log_line_says_what_audit_warned_and_who_asked(server, json_logs) -> None:
+    """Audit speaks to the requester only through warnings: the log line keeps their text and the user, so an admin
+    reading the webhook's logs sees what was admitted despite a policy."""
+    client, _, _ = server
+    await post(client, MUTATE, review(MUTATE, uid="audit-uid"))
+    line = next(l for l in json_logs.lines if l.get("uid") == "audit-uid")
+    assert line["warnings"] == 1 and line["warning_texts"] == ["audit: numNodes above team budget"]
+    assert line["user"] == "alice" and line["denial"] is None
+
+
+async def test_the_log_line_of_a_denial_carries_its_message(server, json_logs) -> None:
+    client, _, _ = server
+    obj = json.loads(json.dumps(TRAINJOB))
+    obj["spec"]["trainer"]["numNodes"] = 9
+    await post(client, VALIDATE, review(VALIDATE, obj, uid="deny-uid"))
+    line = next(l for l in json_logs.lines if l.get("uid") == "deny-uid")
+    assert line["verdict"] == "denied" and line["user"] == "alice"
+    assert line["denial"] == "spec.trainer.numNodes: Invalid value: 9: must be no more than 4"
+
+
+async def test_the_log_line_bounds_the_texts_it_carries(json_logs) -> None:
+    """A review may bring dozens of warnings and a long aggregated denial: the line keeps the first few, each
+    capped, and says how many it left out."""
+    from reviews import FAKE_POLICIES
+    from trainguard.webhook.admission.routes import bind_routes
+    from trainguard.webhook.admission.server import LOG_TEXT_MAX, LOG_WARNINGS_MAX
+    from trainguard.webhook.policy.verdict import Verdict
+
+    def noisy_denial(inp, snap):  # type: ignore[no-untyped-def]
+        return Verdict.deny("z" * 5000, "PolicyLimits", [f"audit {i}: " + "y" * 100 for i in range(30)])
+
+    routes = bind_routes({**FAKE_POLICIES, "validate_training_runtime": noisy_denial})
+    handler = AdmissionHandler(routes, ClusterSnapshot, AdmissionMetrics())
+    async with TestClient(TestServer(handler.app())) as client:
+        path = "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime"
+        await post(client, path, review(path, uid="noisy-uid"))
+    line = next(l for l in json_logs.lines if l.get("uid") == "noisy-uid")
+    texts = line["warning_texts"]
+    assert texts[:LOG_WARNINGS_MAX] == [f"audit {i}: " + "y" * 100 for i in range(LOG_WARNINGS_MAX)]
+    assert texts[LOG_WARNINGS_MAX:] == [f"... {30 - LOG_WARNINGS_MAX} more"]
+    assert len(line["denial"]) == LOG_TEXT_MAX and line["denial"].endswith("...")
+
+
 async def test_a_client_that_never_finishes_its_headers_is_disconnected() -> None:
     handler = AdmissionHandler(fake_routes(), ClusterSnapshot, AdmissionMetrics(), ServerSettings(idle_timeout=0.3))
     runner = handler.runner()
