@@ -19,6 +19,11 @@ A JobSet that is already running is never touched, whatever the policies say now
 denies gets one Warning event ``PolicyDenied`` saying it keeps running but is not resumed once suspended (by Kueue's
 preemption, say), and is checked again then. This check is trainguard's own: upstream Kubeflow Trainer v2.3 has no
 policies and builds whatever it is given.
+
+Audit policies only warn the requester at admission. The same check returns their findings, and each becomes one
+Warning event ``PolicyViolation`` on the TrainJob naming the policy and the field error, once per (policy, message)
+per job (the reconciler remembers what it recorded; a restarted controller records them once more), so an admin
+sees what Audit let through with ``kubectl get events`` or the ``kubeflow`` SDK's ``get_job_events()``.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api.views import KubeObject, TrainJob
-from trainguard.webhook.policy.pipeline import enforce_trainjob
-from trainguard.webhook.policy.verdict import ClusterSnapshot, Verdict
+from trainguard.webhook.policy.pipeline import AuditFinding, TrainJobCheck, check_trainjob
+from trainguard.webhook.policy.verdict import ClusterSnapshot
 
 from trainguard.controller.reconcile import status as st
 
 REASON_POLICY_DENIED = "PolicyDenied"
+REASON_POLICY_VIOLATION = "PolicyViolation"
 
 
 def checked(jobset: Mapping[str, Any] | None) -> bool:
@@ -39,9 +45,15 @@ def checked(jobset: Mapping[str, Any] | None) -> bool:
     return jobset is None or bool(KubeObject(jobset).get("spec.suspend"))
 
 
-def verdict(trainjob: Mapping[str, Any], runtime: Mapping[str, Any], snapshot: ClusterSnapshot) -> Verdict:
+def check(trainjob: Mapping[str, Any], runtime: Mapping[str, Any], snapshot: ClusterSnapshot) -> TrainJobCheck:
+    """The Enforce verdict and the Audit findings, from the admission pipeline's own pure check."""
     namespace = TrainJob(trainjob).metadata.namespace
-    return enforce_trainjob(dict(trainjob), dict(runtime), namespace, snapshot)
+    return check_trainjob(dict(trainjob), dict(runtime), namespace, snapshot)
+
+
+def audit_event_message(finding: AuditFinding) -> str:
+    return (f'TrainJobPolicy "{finding.policy}" in mode Audit would deny this TrainJob (it is allowed): '
+            f"{finding.message}")
 
 
 def event_message(message: str | None) -> str:

@@ -13,7 +13,8 @@ Per reconcile, reading only from the watch caches except where a write must be e
    always read from it, bounded JSON, namespace, name, labels and kind validated; users cannot write there, and a
    ``<job>-runtime-snapshot`` in the user's namespace is never read). Unless its JobSet runs, the TrainJob must pass
    the Enforce policies (``enforcement``); a denied job is Blocked, nothing is built for it and its Kueue Workload
-   is deactivated so Kueue gives the quota back (``quota``; reactivated once the policies allow the job).
+   is deactivated so Kueue gives the quota back (``quota``; reactivated once the policies allow the job). What the
+   Audit policies find in the same check becomes a Warning event ``PolicyViolation``, once per finding per job.
    ``trainguard.webhook.runtime.build_objects`` builds everything - the same call ``trainguard render`` makes, so both produce
    identical JobSets - and each object is server-side applied under the field manager ``trainguard`` with force,
    in ``apply_order``: the JobSet's dependants (MPI Secret and hostfile, PodGroup, Flux objects) first, the JobSet
@@ -52,6 +53,7 @@ from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, WORKLOADS, resource_for
+from trainguard.webhook.policy.pipeline import AuditFinding
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime import (
     BuildError,
@@ -140,6 +142,10 @@ def write_failure_message(obj: Mapping[str, Any], err: ApiError) -> str:
 class PolicyBlocked(Exception):
     """An Enforce TrainJobPolicy denies the TrainJob: nothing is built for it (``enforcement``)."""
 
+    def __init__(self, check: "PolicyCheck") -> None:
+        super().__init__(check.message)
+        self.check = check
+
 
 @dataclass(frozen=True)
 class PolicyCheck:
@@ -148,6 +154,7 @@ class PolicyCheck:
 
     allowed: bool | None = None
     message: str | None = None
+    audit: tuple[AuditFinding, ...] = ()  # what the Audit policies found, for ``PolicyViolation`` events
 
 
 class TrainJobReconciler:
@@ -173,6 +180,8 @@ class TrainJobReconciler:
         self._secrets_ensured: dict[str, set[str]] = {}
         # TrainJob UID -> the PolicyDenied event last recorded for it: one event per denial, not per reconcile.
         self._denial_noted: dict[str, str] = {}
+        # TrainJob UID -> the Audit findings already recorded as PolicyViolation events: each once per job.
+        self._audit_noted: dict[str, set[AuditFinding]] = {}
         # Running jobs: TrainJob UID -> (policy view generation, TrainJob generation) last checked.
         self._running_checked: dict[str, tuple[int, int | None]] = {}
         self._policy_view: object | None = None
@@ -182,6 +191,7 @@ class TrainJobReconciler:
         """The TrainJob is gone: drop what was remembered about it."""
         self._secrets_ensured.pop(trainjob_uid, None)
         self._denial_noted.pop(trainjob_uid, None)
+        self._audit_noted.pop(trainjob_uid, None)
         self._running_checked.pop(trainjob_uid, None)
 
     async def reconcile(self, namespace: str, name: str) -> Result:
@@ -213,7 +223,7 @@ class TrainJobReconciler:
                 applied_jobset, check = await self._apply_objects(trainjob)
             except PolicyBlocked as err:
                 blocked = str(err)
-                check = PolicyCheck(False, blocked)
+                check = err.check
             except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound, ObjectWriteFailed) as err:
                 message = str(err)
                 if len(message) > MAX_EVENT_ERROR:
@@ -238,6 +248,7 @@ class TrainJobReconciler:
         await self._emit(trainjob, decision)
         # Not retried: a TrainJobPolicy or Namespace change requeues every unfinished job (see ``controller``).
         await self._note_denial(trainjob, check, running=blocked is None)
+        await self._note_audit(trainjob, check)
         if blocked is not None or check.allowed:
             await self._sync_workloads(trainjob, blocked=blocked is not None)
         if build_error is not None:
@@ -259,6 +270,16 @@ class TrainJobReconciler:
             return
         await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_DENIED, note)
         self._denial_noted[uid] = note
+
+    async def _note_audit(self, trainjob: Object, check: PolicyCheck) -> None:
+        """One Warning ``PolicyViolation`` per Audit finding (policy, message) per job, never repeated."""
+        noted = self._audit_noted.setdefault(TrainJob(trainjob).metadata.uid, set())
+        for finding in check.audit:
+            if finding in noted:
+                continue
+            await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_VIOLATION,
+                                      _truncate(enforcement.audit_event_message(finding)))
+            noted.add(finding)
 
     async def _sync_workloads(self, trainjob: Object, *, blocked: bool) -> None:
         """Deactivate the Kueue Workloads of a blocked job, reactivate the ones this controller deactivated once
@@ -297,7 +318,7 @@ class TrainJobReconciler:
                                  f"{DATASET_CACHE_ANNOTATION} does not exist")
         check = self._check_policies(trainjob, runtime, existing_jobset)
         if check.allowed is False and enforcement.checked(existing_jobset):
-            raise PolicyBlocked(check.message)
+            raise PolicyBlocked(check)
         objects = build_objects(
             trainjob, runtime, keys=generated_keys(), existing=self._existing(trainjob, existing_jobset),
             dataset_cache=dataset_cache,
@@ -340,10 +361,11 @@ class TrainJobReconciler:
             if self._running_checked.get(meta.uid) == stamp:
                 return PolicyCheck()
             self._running_checked[meta.uid] = stamp
-        verdict = enforcement.verdict(trainjob, runtime, snapshot)
+        result = enforcement.check(trainjob, runtime, snapshot)
+        verdict = result.verdict
         if verdict.allowed:
-            return PolicyCheck(True)
-        return PolicyCheck(False, verdict.message or verdict.reason or "denied")
+            return PolicyCheck(True, audit=result.audit)
+        return PolicyCheck(False, verdict.message or verdict.reason or "denied", audit=result.audit)
 
     def _existing(self, trainjob: Object, jobset: Object | None) -> ExistingObjects:
         meta = TrainJob(trainjob).metadata

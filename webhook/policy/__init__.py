@@ -2,8 +2,9 @@
 
 Entry points (``pipeline``, re-exported here), each ``(AdmissionInput, ClusterSnapshot) -> Verdict`` (``verdict``):
 ``mutate_trainjob``, ``validate_trainjob``, ``validate_training_runtime``, ``validate_cluster_training_runtime``,
-``validate_trainjob_policy``, ``validate_dataset_cache``; and ``enforce_trainjob``, the Enforce policies' findings
-the reconciler checks before it builds a TrainJob that may have skipped admission. Pure: the cluster comes in as
+``validate_trainjob_policy``, ``validate_dataset_cache``; and ``check_trainjob`` (``enforce_trainjob``,
+``audit_trainjob``), the policies' findings the reconciler checks before it builds a TrainJob that may have skipped
+admission, and records as events for Audit. Pure: the cluster comes in as
 the snapshot, the time as ``AdmissionInput.now``.
 
 Modules, roughly in the order a TrainJob meets them:
@@ -26,6 +27,10 @@ Modules, roughly in the order a TrainJob meets them:
 """
 
 from trainguard.webhook.policy.pipeline import (
+    AuditFinding,
+    TrainJobCheck,
+    audit_trainjob,
+    check_trainjob,
     enforce_trainjob,
     mutate_trainjob,
     validate_cluster_training_runtime,
@@ -38,8 +43,12 @@ from trainguard.webhook.policy.verdict import AdmissionInput, ClusterSnapshot, V
 
 __all__ = [
     "AdmissionInput",
+    "AuditFinding",
     "ClusterSnapshot",
+    "TrainJobCheck",
     "Verdict",
+    "audit_trainjob",
+    "check_trainjob",
     "enforce_trainjob",
     "mutate_trainjob",
     "validate_cluster_training_runtime",

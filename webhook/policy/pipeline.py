@@ -27,8 +27,9 @@ rule runs, mutating webhook included.
      policy's scheduling label or scheduler annotation removed or changed, an unsuspend without the label, a new
      limit, topology or pinned-value violation.
   Upstream errors come first in the message; trainguard's follow.
-``enforce_trainjob`` (the controller's defence-in-depth check): the CREATE findings of Enforce policies for a
-  TrainJob as it stands, against the runtime the controller builds from.
+``check_trainjob`` (the controller's defence-in-depth check; ``enforce_trainjob`` and ``audit_trainjob`` are its
+  halves): the CREATE findings of the policies for a TrainJob as it stands, against the runtime the controller
+  builds from: the Enforce ones as a denial, the Audit ones as findings for the controller's events.
 ``validate_training_runtime`` / ``validate_cluster_training_runtime``: upstream's
   ``validateReplicatedJobs`` plus stricter checks
   (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream) and ``agent_identity``.
@@ -41,6 +42,7 @@ DELETE and CONNECT are always allowed unchanged.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from trainguard.webhook.api.constants import (
@@ -206,22 +208,56 @@ def _by_reason(found: list[Finding]) -> list[Finding]:
     return sorted(found, key=lambda f: order.get(f.reason, 3))
 
 
-def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
-                     snapshot: ClusterSnapshot) -> Verdict:
-    """Would an Enforce policy deny this TrainJob as it stands now, built from ``runtime``?
+@dataclass(frozen=True)
+class AuditFinding:
+    """What an Audit policy says about a TrainJob: the same field error its apply-time warning carries."""
+
+    policy: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TrainJobCheck:
+    """The controller's reading of the policies for a TrainJob as it stands: the Enforce verdict and the Audit
+    findings, from one evaluation."""
+
+    verdict: Verdict
+    audit: tuple[AuditFinding, ...] = ()
+
+
+def check_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
+                   snapshot: ClusterSnapshot) -> TrainJobCheck:
+    """Would an Enforce policy deny this TrainJob as it stands now, built from ``runtime``, and what do the Audit
+    policies find?
 
     The controller's defence-in-depth check before it builds (or unsuspends) a JobSet: the same policy checks a
     CREATE gets (limits on every container, topology fit, allowed runtimes, the scheduling labels the matching
-    Enforce policies set and the values they pin), against the runtime the controller will build from (its
-    snapshot, not the live object) and the snapshot's policies and namespace labels. Audit findings and unreadable policies are ignored (nothing
-    to warn at reconcile time). Pure and deterministic.
+    policies set and the values they pin), against the runtime the controller will build from (its snapshot, not
+    the live object) and the snapshot's policies and namespace labels. Enforce findings deny; Audit findings are
+    returned for the controller to record (admission only warned the requester). Unreadable policies are ignored
+    (the webhook warns about those). Pure and deterministic.
     """
     policies, _ = parse_all(snapshot.policies)
-    enforced = [f for f in _policy_findings(obj, runtime, namespace, snapshot, policies) if f.enforced]
+    found = _policy_findings(obj, runtime, namespace, snapshot, policies)
+    audit = tuple(dict.fromkeys(AuditFinding(f.violation.policy.name, str(f.violation.error))
+                                for f in found if not f.enforced))
+    enforced = [f for f in found if f.enforced]
     if not enforced:
-        return Verdict.allow()
+        return TrainJobCheck(Verdict.allow(), audit)
     ordered = _by_reason(enforced)
-    return Verdict.deny(aggregate([f.violation.error for f in ordered]), ordered[0].reason)
+    return TrainJobCheck(Verdict.deny(aggregate([f.violation.error for f in ordered]), ordered[0].reason), audit)
+
+
+def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
+                     snapshot: ClusterSnapshot) -> Verdict:
+    """``check_trainjob``'s Enforce verdict."""
+    return check_trainjob(obj, runtime, namespace, snapshot).verdict
+
+
+def audit_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
+                   snapshot: ClusterSnapshot) -> tuple[AuditFinding, ...]:
+    """``check_trainjob``'s Audit findings, in the order the admission warnings list them."""
+    return check_trainjob(obj, runtime, namespace, snapshot).audit
 
 
 # --- runtimes ---------------------------------------------------------------------------------------------------

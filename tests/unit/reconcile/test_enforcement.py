@@ -139,8 +139,8 @@ async def test_a_running_jobset_is_never_touched_but_warned_about_once(monkeypat
     job = trainjob(suspend=False, labels={st.STATE_LABEL: "Created"})
     r, kube, events = reconciler(job, rt=runtime(), jobsets=[running], policies=[MAX_ONE_NODE])
     asked = []
-    real_verdict = enforcement.verdict
-    monkeypatch.setattr(enforcement, "verdict", lambda *a: asked.append(1) or real_verdict(*a))
+    real_check = enforcement.check
+    monkeypatch.setattr(enforcement, "check", lambda *a: asked.append(1) or real_check(*a))
     for _ in range(3):
         await r.reconcile("ns", "job")
     assert not [v for v in kube.verbs() if v[1] in ("JobSet", "Workload")] and state_label(kube) is None
@@ -194,6 +194,44 @@ async def test_a_blocked_job_is_built_once_the_policy_allows_it() -> None:
     resumed = suspended_condition(status_patches(kube)[-1])
     assert resumed["status"] == "False" and resumed["reason"] == "Resumed"
     assert ("Normal", "Resumed", "TrainJob is resumed") in events.events
+
+
+def violations(events) -> list[tuple[str, str, str]]:
+    return [e for e in events.events if e[1] == "PolicyViolation"]
+
+
+AUDIT_ONE_NODE = policy("watch", mode="Audit", limits={"maxNodes": 1})
+AUDIT_NOTE = ('TrainJobPolicy "watch" in mode Audit would deny this TrainJob (it is allowed): '
+              'spec.trainer.numNodes: Invalid value: 2: 2 nodes exceed maxNodes 1 of TrainJobPolicy "watch"')
+
+
+async def test_an_audit_finding_is_one_policy_violation_event_and_the_job_is_built() -> None:
+    r, kube, events = reconciler(trainjob(), rt=runtime(), policies=[AUDIT_ONE_NODE])
+    for _ in range(3):
+        await r.reconcile("ns", "job")
+    assert violations(events) == [("Warning", "PolicyViolation", AUDIT_NOTE)]
+    assert ("apply", "JobSet", "job") in kube.verbs() and not denials(events)
+
+
+async def test_a_blocked_job_gets_its_audit_findings_too() -> None:
+    r, kube, events = reconciler(trainjob(), rt=runtime(), policies=[MAX_ONE_NODE, AUDIT_ONE_NODE])
+    await r.reconcile("ns", "job")
+    await r.reconcile("ns", "job")
+    assert ("apply", "JobSet", "job") not in kube.verbs()
+    assert len(denials(events)) == 1 and violations(events) == [("Warning", "PolicyViolation", AUDIT_NOTE)]
+
+
+async def test_a_new_audit_finding_is_news_and_a_deleted_job_is_forgotten() -> None:
+    r, kube, events = reconciler(trainjob(), rt=runtime(), policies=[AUDIT_ONE_NODE])
+    await r.reconcile("ns", "job")
+    renamed = snapshot_with(policy("watch-2", mode="Audit", limits={"maxNodes": 1}))
+    r._caches.cluster_snapshot = lambda: renamed
+    await r.reconcile("ns", "job")
+    await r.reconcile("ns", "job")
+    assert [e[2].split('"')[1] for e in violations(events)] == ["watch", "watch-2"]
+    r.forget("uid-1")
+    await r.reconcile("ns", "job")
+    assert len(violations(events)) == 3
 
 
 def test_every_unfinished_job_is_rechecked_on_a_policy_change() -> None:
