@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
+from trainguard.webhook.api import strict
 from trainguard.webhook.api.constants import LABEL_WEBHOOK_VALIDATION, WEBHOOK_VALIDATION_DISABLED
+from trainguard.webhook.api.strict import Schema
 from trainguard.webhook.api.views import KubeObject
 from trainguard.webhook.policy import pipeline
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
@@ -28,8 +30,16 @@ from trainguard.webhook.runtime.snapshot import PLACEHOLDER_UID
 
 # The chart's release namespace, where the controller keeps runtime snapshots unless told otherwise.
 DEFAULT_SNAPSHOT_NAMESPACE = "trainguard-system"
-KINDS = ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "TrainJobPolicy", "DatasetCache", "Namespace",
-         "JobSet", "PriorityClass")
+# Every kind render reads, with the one apiVersion it is served as here (kubectl refuses a pair the cluster lacks).
+API_VERSIONS = {
+    "TrainJob": "trainer.kubeflow.org/v1alpha1", "TrainingRuntime": "trainer.kubeflow.org/v1alpha1",
+    "ClusterTrainingRuntime": "trainer.kubeflow.org/v1alpha1", "TrainJobPolicy": "trainguard.io/v1alpha1",
+    "DatasetCache": "trainguard.io/v1alpha1", "Namespace": "v1", "JobSet": "jobset.x-k8s.io/v1alpha2",
+    "PriorityClass": "scheduling.k8s.io/v1",
+}
+KINDS = tuple(API_VERSIONS)
+# Built-in kinds with no CRD in crds/: only their metadata is checked strictly.
+NON_CRD_KINDS = ("Namespace", "JobSet", "PriorityClass")
 
 
 class InputError(Exception):
@@ -70,6 +80,9 @@ def load_documents(path: str, text: str) -> list[Doc]:
                 raise InputError(f"{origin}: expected a Kubernetes object (a mapping), got {type(obj).__name__}")
             if obj.get("kind") not in KINDS:
                 raise InputError(f"{origin}: unknown kind {obj.get('kind')!r}; render understands {', '.join(KINDS)}")
+            if obj.get("apiVersion") != API_VERSIONS[obj["kind"]]:
+                got = f"apiVersion {obj['apiVersion']!r}" if obj.get("apiVersion") else "no apiVersion"
+                raise InputError(f"{origin}: {obj['kind']} has {got}; set apiVersion: {API_VERSIONS[obj['kind']]}")
             if not KubeObject(obj).metadata.name:
                 raise InputError(f"{origin}: {obj['kind']} has no metadata.name")
             docs.append(Doc(obj, origin))
@@ -82,10 +95,29 @@ def load_documents(path: str, text: str) -> list[Doc]:
     return docs
 
 
+def check_documents(docs: list[Doc], schemas: dict[tuple[str, str], Schema]) -> None:
+    """Strict decoding of every document against its CRD's schema (``schemas``: ``strict.schemas_from_crds``), as
+    ``kubectl apply --validate=strict``: raise ``InputError`` listing each document's unknown fields and wrong
+    types (at most ``strict.MAX_ERRORS`` each). Drops nulls of non-nullable fields, as the apiserver does."""
+    problems: list[str] = []
+    for d in docs:
+        key = (str(d.obj.get("apiVersion")), d.kind)
+        schema = strict.METADATA_ONLY if d.kind in NON_CRD_KINDS else schemas.get(key)
+        if schema is None:
+            problems.append(f"{d.origin}: no CRD schema for {key[0]} {d.kind}")
+            continue
+        what = f'{d.origin}: {d.kind} "{d.name}"'
+        problems += [f"{what} {e}" for e in strict.summary(strict.decode_errors(d.obj, schema))]
+    if problems:
+        raise InputError("\n".join(problems))
+
+
 def _namespace(obj: dict[str, Any]) -> str:
-    """The namespace of a namespaced object. kubectl puts one that names none into ``default``; so does render,
-    writing it into the object."""
-    obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    """The namespace of a namespaced object. kubectl puts one that names none (or null) into ``default``; so does
+    render, writing it into the object."""
+    metadata = obj.setdefault("metadata", {})
+    if not metadata.get("namespace"):
+        metadata["namespace"] = "default"
     return KubeObject(obj).metadata.namespace
 
 

@@ -18,8 +18,14 @@ PodGroup, Flux objects, cache wiring inside the JobSet) and the runtime snapshot
 namespace (``--snapshot-namespace``, default ``trainguard-system``), named from the TrainJob's UID (a placeholder
 UID when the input has none).
 
-Exit status: 0 admitted; 1 denied (or the build fails), the message on stderr; 2 unreadable input or an unknown
-kind, naming the file and line. Warnings go to stderr as ``Warning: ...``, as kubectl prints them.
+The input is read as ``kubectl apply --validate=strict`` reads it: ``-f -`` is stdin, a directory is every *.yaml,
+*.yml and *.json under it (recursively, sorted); each document must have its kind's apiVersion and is decoded against
+its CRD's schema (``--crds DIR``, default the checkout's ``crds/``; ``trainguard.webhook.api.strict``), so an unknown
+field or a wrong type is an error naming the file, the object and the field's path, never ignored or copied out.
+
+Exit status: 0 admitted; 1 denied (or the build fails), the message on stderr; 2 unreadable input, an unknown kind,
+a wrong apiVersion, unknown fields or wrong types, naming the file and line; 141 (128 + SIGPIPE, no traceback) when
+the reader closes stdout early. Warnings go to stderr as ``Warning: ...``, as kubectl prints them.
 
 This module is the command's shell: it reads the files, the clock (when ``--now`` is not given) and prints; the
 engine, ``trainguard.webhook.offline``, is pure.
@@ -28,8 +34,10 @@ engine, ``trainguard.webhook.offline``, is pure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TextIO
 
 import yaml
@@ -37,25 +45,56 @@ import yaml
 from trainguard.webhook.cli import Run
 from trainguard.webhook.dataset_cache_flags import add_dataset_cache_flags, dataset_cache_agents, dataset_cache_sources
 from trainguard.webhook.offline import (
-    DEFAULT_SNAPSHOT_NAMESPACE, Denied, Doc, InputError, Rendering, build_snapshot, load_documents, render,
+    DEFAULT_SNAPSHOT_NAMESPACE, Denied, Doc, InputError, Rendering, build_snapshot, check_documents, load_documents,
+    render,
 )
+from trainguard.webhook.api.strict import Schema, schemas_from_crds
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
+
+# 128 + SIGPIPE: what a shell reports for a filter whose reader closed the pipe.
+EXIT_BROKEN_PIPE = 141
 
 __all__ = ["Denied", "Doc", "InputError", "Rendering", "build_snapshot", "configure", "load_documents", "main",
            "parse_now", "read_files", "render"]
 
 
-def read_files(paths: list[str]) -> list[Doc]:
+# crds/ of the checkout this module runs from (the image does not ship it: pass --crds there).
+DEFAULT_CRDS = Path(__file__).resolve().parents[1] / "crds"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def read_files(paths: list[str], stdin: TextIO | None = None) -> list[Doc]:
+    """The documents of every file, as ``kubectl -f``: ``-`` is stdin, a directory is every *.yaml, *.yml and *.json
+    under it, recursively, in sorted order."""
     docs: list[Doc] = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"{path}: cannot read: {e}") from e
-        docs += load_documents(path, text)
+        if path == "-":
+            docs += load_documents("<stdin>", (stdin or sys.stdin).read())
+            continue
+        files = (sorted(str(p) for p in Path(path).rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+                 if Path(path).is_dir() else [path])
+        for name in files:
+            try:
+                with open(name, encoding="utf-8") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise InputError(f"{name}: cannot read: {e}") from e
+            docs += load_documents(name, text)
     return docs
+
+
+def read_schemas(crd_dir: Path) -> dict[tuple[str, str], Schema]:
+    """The served schemas of the CRDs in ``crd_dir`` (*.yaml)."""
+    files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
+    if not files:
+        raise InputError(f"{crd_dir}: no CRDs to check the input against; pass --crds DIR (the repository's crds/)")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return schemas_from_crds(doc for f in files for doc in yaml.load_all(f.read_text(encoding="utf-8"), loader)
+                                 if isinstance(doc, dict))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{crd_dir}: cannot read the CRDs: {e}") from e
 
 
 def parse_now(text: str) -> datetime:
@@ -79,6 +118,8 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--old", metavar="FILE", help="the stored TrainJob(s), for --operation UPDATE")
     parser.add_argument("--now", type=parse_now, metavar="RFC3339",
                         help="admission time (runtimePatches[].time); default: the current time")
+    parser.add_argument("--crds", type=Path, default=DEFAULT_CRDS, metavar="DIR",
+                        help="the CRDs the input is checked against, strictly (default: the checkout's crds/)")
     parser.add_argument("--snapshot-namespace", default=DEFAULT_SNAPSHOT_NAMESPACE, metavar="NS",
                         help="the controller's namespace, where it keeps runtime snapshots (default %(default)s)")
 
@@ -87,7 +128,7 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     def run(args: argparse.Namespace) -> int:
         return main(args.files, operation=args.operation, old=args.old, now=args.now,
                     snapshot_namespace=args.snapshot_namespace, dataset_cache_sources=dataset_cache_sources(args),
-                    dataset_cache_agents=dataset_cache_agents(args))
+                    dataset_cache_agents=dataset_cache_agents(args), crds=args.crds)
 
     return run
 
@@ -96,7 +137,8 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
          stdout: TextIO | None = None, stderr: TextIO | None = None,
          snapshot_namespace: str = DEFAULT_SNAPSHOT_NAMESPACE,
          dataset_cache_sources: DatasetCacheSources = DatasetCacheSources(),
-         dataset_cache_agents: DatasetCacheAgents = DatasetCacheAgents()) -> int:
+         dataset_cache_agents: DatasetCacheAgents = DatasetCacheAgents(), crds: Path = DEFAULT_CRDS,
+         stdin: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if operation == "UPDATE" and not old:
@@ -104,8 +146,10 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
         return 2
     result = Rendering()
     try:
-        docs = read_files(files)
-        old_docs = read_files([old]) if old else []
+        schemas = read_schemas(crds)
+        docs = read_files(files, stdin)
+        old_docs = read_files([old], stdin) if old else []
+        check_documents(docs + old_docs, schemas)
         render(docs, now=now or datetime.now(timezone.utc), operation=operation, old_docs=old_docs, out=result,
                snapshot_namespace=snapshot_namespace, dataset_cache_sources=dataset_cache_sources,
                dataset_cache_agents=dataset_cache_agents)
@@ -117,7 +161,15 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
         print(f"trainguard render: {e}", file=stderr)
         return 1
     _print_warnings(result, stderr)
-    yaml.safe_dump_all(result.objects, stdout, sort_keys=False, explicit_start=True, default_flow_style=False)
+    try:
+        yaml.safe_dump_all(result.objects, stdout, sort_keys=False, explicit_start=True, default_flow_style=False)
+        stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`render ... | head`): stop quietly with the status a process killed by SIGPIPE has,
+        # as kubectl does; point stdout at /dev/null so the interpreter's own flush at exit cannot fail again.
+        if stdout is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return 0
 
 

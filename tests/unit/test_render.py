@@ -129,7 +129,8 @@ def test_warnings_go_to_stderr(tmp_path):
 
 @pytest.mark.parametrize(("text", "where", "what"), [
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", ":1", "unknown kind 'Pod'"),
-    ("kind: TrainJob\nmetadata: {name: a}\nspec: {}\n---\n\nkind: Deployment\nmetadata: {name: b}\n", ":6",
+    ("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: a}\n---\n\nkind: Deployment\n"
+     "metadata: {name: b}\n", ":6",
      "unknown kind 'Deployment'"),
     ("kind: TrainJob\nmetadata: {name: a\nspec: [\n", ":3", "not valid YAML"),
 ])
