@@ -154,7 +154,8 @@ def main(files: list[str], *, operation: str = "CREATE", old: str | None = None,
                snapshot_namespace=snapshot_namespace, dataset_cache_sources=dataset_cache_sources,
                dataset_cache_agents=dataset_cache_agents)
     except InputError as e:
-        print(f"trainguard render: {e}", file=stderr)
+        for line in str(e).splitlines():
+            print(f"trainguard render: {line}", file=stderr)
         return 2
     except Denied as e:
         _print_warnings(result, stderr)

@@ -91,7 +91,9 @@ def test_every_unknown_field_of_a_document_is_listed_up_to_the_cap(tmp_path):
     code, _, err = render(job)
     assert code == 2
     assert [f"spec.trainer.typo{i}: unknown field" in err for i in range(25)] == [True] * 20 + [False] * 5
-    assert err.rstrip().endswith('TrainJob "llm-ddp" and 5 more'), err
+    lines = err.splitlines()
+    assert len(lines) == 21 and all(line.startswith(f"trainguard render: {job}:16: ") for line in lines), err
+    assert lines[-1].endswith('TrainJob "llm-ddp" and 5 more'), err
 
 
 def test_the_old_trainjob_is_checked_too(tmp_path):
