@@ -16,8 +16,8 @@
   only ``metadata`` is rewritten.
 - ``templates/controller-admission-policy.yaml`` from ``trainguard.controller.reconcile.controller_policy``'s
   ``controller_admission_policy()``: the ValidatingAdmissionPolicy confining the controller's ServiceAccount, with the
-  release's namespace and names, the agent image and the admin's hostPath roots filled in by Helm (the last two as
-  JSON, which is a CEL literal). tests/integration/chart/test_controller_policy.py renders and compares.
+  release's namespace and names, the agent image, the admin's hostPath roots and agent settings (``datasetCache.*``)
+  filled in by Helm (the settings as JSON, which is a CEL literal). tests/integration/chart/test_controller_policy.py renders and compares.
 
 usage: python hack/gen_chart.py [--check]
 """
@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from trainguard.controller.reconcile.controller_policy import controller_admission_policy  # noqa: E402
 from trainguard.webhook.admission.registration import Registration, ServiceRef, webhook_configurations  # noqa: E402
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents  # noqa: E402
 
 CHART = REPO / "charts" / "trainguard"
 TARGET = CHART / "templates" / "webhook-configurations.yaml"
@@ -112,6 +113,10 @@ CONTROLLER_POLICY_SUBSTITUTIONS = (
     ("@@CONTROLLER@@", '{{ include "trainguard.controllerName" . }}'),
     ("\'\"@@AGENT_IMAGE@@\"\'", '{{ .Values.cacheAgent.image | default (include "trainguard.image" .) | toJson | toJson }}'),
     ("\'[\"@@ROOTS@@\"]\'", "{{ .Values.datasetCache.allowedHostPathRoots | default (list) | toJson | toJson }}"),
+    *((f"\'[\"@@{value}@@\"]\'", f"{{{{ .Values.datasetCache.{value} | default (list) | toJson | toJson }}}}")
+      for value in ("allowedPriorityClasses", "allowedTolerationKeys", "allowedNodeSelectorKeys")),
+    ("\'{\"@@requiredNodeSelector@@\":\"x\"}\'",
+     "{{ .Values.datasetCache.requiredNodeSelector | default (dict) | toJson | toJson }}"),
     ("    \'@@LABELS@@\': x\n", '{{- include "trainguard.labels" . | nindent 4 }}\n'),
 )
 
@@ -119,6 +124,11 @@ CONTROLLER_POLICY_SUBSTITUTIONS = (
 def controller_policy_template() -> str:
     docs = controller_admission_policy("@@NAME@@", namespace="@@NAMESPACE@@", service_account="@@CONTROLLER@@",
                                        agent_image="@@AGENT_IMAGE@@", allowed_host_path_roots=["@@ROOTS@@"],
+                                       agents=DatasetCacheAgents.of(
+                                           priority_classes=["@@allowedPriorityClasses@@"],
+                                           toleration_keys=["@@allowedTolerationKeys@@"],
+                                           node_selector_keys=["@@allowedNodeSelectorKeys@@"],
+                                           required_node_selector={"@@requiredNodeSelector@@": "x"}),
                                        labels={"@@LABELS@@": "x"})
     text = yaml.safe_dump_all(docs, sort_keys=False, width=1_000_000)
     for placeholder, expr in CONTROLLER_POLICY_SUBSTITUTIONS:

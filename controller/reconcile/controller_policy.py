@@ -21,6 +21,12 @@ to what ``cache_daemonset`` and ``gates`` build:
   only hostPath and persistentVolumeClaim; a hostPath either the cache's socket directory or below a root the admin
   allows (``datasetCache.allowedHostPathRoots``, compared component by component after cleaning, ``..`` refused),
   and the latter mounted read-only;
+* a DaemonSet's scheduling and size, as ``dataset_cache_agents`` allows a DatasetCache (the admin's
+  ``datasetCache.*`` settings, the ones the webhook and controller flags carry): ``priorityClassName`` empty or one
+  of ``allowedPriorityClasses``; every toleration naming a key of ``allowedTolerationKeys`` or exactly the GPU
+  toleration every agent gets; ``nodeSelector`` keys in ``allowedNodeSelectorKeys`` and every
+  ``requiredNodeSelector`` label present with its value; every container with cpu and memory limits (so no agent
+  is node-critical, runs on every tainted node or takes a node's memory without a bound);
 * a Role grants only ``patch`` on pods (what the agents need); a RoleBinding binds only the Role of its own name to
   the ServiceAccount of its own name in its namespace;
 * pods: only an UPDATE that removes scheduling gates (``trainguard.io/dataset-cache-warm``, what ``gates`` does):
@@ -45,6 +51,7 @@ from typing import Sequence
 
 from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT, agent_name
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND
+from trainguard.webhook.policy.dataset_cache_agents import AGENT_GPU_TOLERATION, DatasetCacheAgents
 from trainguard.webhook.runtime.dataset_cache import SOCKET_HOST_ROOT, WARM_GATE
 
 POLICY_NAME = "trainguard-controller-identity"
@@ -64,6 +71,21 @@ def _s(text: str) -> str:
 
 def _list(items: Sequence[str]) -> str:
     return "[" + ", ".join(_s(i) for i in items) + "]"
+
+
+def _json(value: object) -> str:
+    """A JSON list or map of strings: a CEL literal, and what the chart's ``toJson`` writes for the same value."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _is_gpu_toleration(t: str) -> str:
+    """CEL: toleration ``t`` is exactly ``AGENT_GPU_TOLERATION`` (field by field: a typed toleration is no map)."""
+    fields = [f"{t}.?{k}.orValue('') == {_s(v)}" for k, v in sorted(AGENT_GPU_TOLERATION.items())]
+    return "(" + " && ".join(fields + [f"{t}.?value.orValue('') == ''", f"!has({t}.tolerationSeconds)"]) + ")"
+
+
+def _names(variable: str) -> str:
+    return f"({variable}.size() == 0 ? 'none' : {variable}.join(', '))"
 
 
 def _clean(path: str) -> str:
@@ -135,6 +157,32 @@ def _validations() -> list[dict]:
         v(ds + "variables.containers.all(c, c.?volumeMounts.orValue([]).all(m, "
           "!(m.name in variables.dataHostPaths) || m.?readOnly.orValue(false)))",
           "'spec.template.spec containers must mount a dataset hostPath volume readOnly'"),
+        v(ds + "variables.pod.?priorityClassName.orValue('') == '' || "
+          "variables.pod.priorityClassName in variables.allowedPriorityClasses",
+          "'spec.template.spec.priorityClassName ' + variables.pod.?priorityClassName.orValue('') + "
+          "' is not one the cluster admin allows cache agents (datasetCache.allowedPriorityClasses): ' + "
+          f"{_names('variables.allowedPriorityClasses')}"),
+        v(ds + "variables.pod.?tolerations.orValue([]).all(t, "
+          f"{_is_gpu_toleration('t')} || "
+          "(t.?key.orValue('') != '' && t.key in variables.allowedTolerationKeys))",
+          "'spec.template.spec.tolerations: each must name a taint key the cluster admin allows cache agents "
+          "(datasetCache.allowedTolerationKeys): ' + "
+          f"{_names('variables.allowedTolerationKeys')} + "
+          f"'; or be the GPU toleration every agent gets ({AGENT_GPU_TOLERATION['key']} "
+          f"{AGENT_GPU_TOLERATION['operator']} {AGENT_GPU_TOLERATION['effect']}); "
+          "a toleration without a key tolerates every taint'"),
+        v(ds + "variables.nodeSelector.all(k, k in variables.requiredNodeSelector || "
+          "k in variables.allowedNodeSelectorKeys) && variables.requiredNodeSelector.all(k, "
+          "k in variables.nodeSelector && variables.nodeSelector[k] == variables.requiredNodeSelector[k])",
+          "'spec.template.spec.nodeSelector may use only the label keys the cluster admin allows cache agents "
+          "(datasetCache.allowedNodeSelectorKeys): ' + "
+          f"{_names('variables.allowedNodeSelectorKeys')} + "
+          "'; and must hold every required label (datasetCache.requiredNodeSelector): ' + "
+          "(variables.requiredNodeSelector.size() == 0 ? 'none' : "
+          "variables.requiredNodeSelector.map(k, k + '=' + variables.requiredNodeSelector[k]).join(', '))"),
+        v(ds + "variables.containers.all(c, 'cpu' in c.?resources.?limits.orValue({}) && "
+          "'memory' in c.?resources.?limits.orValue({}))",
+          "'spec.template.spec: every container and init container must set resources.limits cpu and memory'"),
         v("variables.kind != 'Role' || variables.obj.?rules.orValue([]).all(r, "
           f"r.?apiGroups.orValue([]) == {_list(rule['apiGroups'])} && "
           f"r.?resources.orValue([]) == {_list(rule['resources'])} && "
@@ -174,12 +222,13 @@ def controller_admission_policy(
     service_account: str = "trainguard-controller",
     agent_image: str = "ghcr.io/trainguard/trainguard:0.1.0",
     allowed_host_path_roots: Sequence[str] = (),
+    agents: DatasetCacheAgents = DatasetCacheAgents(),
     labels: dict[str, str] | None = None,
 ) -> list[dict]:
     """The ValidatingAdmissionPolicy and its binding (cluster-scoped; ``name`` names both) for the controller
-    running as ServiceAccount ``namespace``/``service_account`` with ``--cache-agent-image=agent_image`` and the
-    admin's ``allowed_host_path_roots``. The two settings are CEL literals (JSON, so the chart fills them with
-    ``toJson``)."""
+    running as ServiceAccount ``namespace``/``service_account`` with ``--cache-agent-image=agent_image``, the
+    admin's ``allowed_host_path_roots`` and agent settings ``agents`` (the controller's ``--dataset-cache-*``
+    flags). The settings are CEL literals (JSON, so the chart fills them with ``toJson``)."""
     meta: dict = {"name": name}
     if labels:
         meta["labels"] = dict(labels)
@@ -213,8 +262,11 @@ def controller_admission_policy(
                 {"name": "kind", "expression": "request.kind.kind"},
                 {"name": "protectedNamespaces", "expression": _list([*SYSTEM_NAMESPACES, namespace])},
                 {"name": "agentImage", "expression": json.dumps(agent_image)},
-                {"name": "hostPathRoots", "expression": json.dumps(list(allowed_host_path_roots),
-                                                                   separators=(",", ":"))},
+                {"name": "hostPathRoots", "expression": _json(list(allowed_host_path_roots))},
+                {"name": "allowedPriorityClasses", "expression": _json(list(agents.allowed_priority_classes))},
+                {"name": "allowedTolerationKeys", "expression": _json(list(agents.allowed_toleration_keys))},
+                {"name": "allowedNodeSelectorKeys", "expression": _json(list(agents.allowed_node_selector_keys))},
+                {"name": "requiredNodeSelector", "expression": _json(dict(agents.required_node_selector))},
                 {"name": "socketDirectory", "expression": f"{_s(SOCKET_HOST_ROOT)} + '/' + request.namespace + '/'"},
                 {"name": "labels", "expression": "variables.obj.metadata.?labels.orValue({})"},
                 {"name": "owners", "expression": "variables.obj.metadata.?ownerReferences.orValue([])"},
@@ -222,6 +274,7 @@ def controller_admission_policy(
                 {"name": "containers", "expression": (
                     "variables.pod.containers + variables.pod.?initContainers.orValue([])")},
                 {"name": "volumes", "expression": "variables.pod.?volumes.orValue([])"},
+                {"name": "nodeSelector", "expression": "variables.pod.?nodeSelector.orValue({})"},
                 {"name": "dataHostPaths", "expression": (
                     "variables.volumes.filter(vol, has(vol.hostPath) && "
                     f"!{_clean('vol.hostPath.path')}.startsWith(variables.socketDirectory)).map(vol, vol.name)")},

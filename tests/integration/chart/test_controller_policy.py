@@ -5,8 +5,10 @@ real helm binary and the real apiserver, played with a token of the controller's
   hostPath roots;
 - a stolen controller token, with only the chart's RBAC, can create a privileged DaemonSet, a ServiceAccount and a
   RoleBinding in kube-system, an agent-shaped privileged DaemonSet, a Role granting what the controller holds, a JobSet
-  in kube-system, and patch a pod's image (each tried as a server-side dry run: admission runs, nothing is stored);
-  once the chart's policy is installed every one is denied with a message naming what is wrong;
+  in kube-system, and patch a pod's image, and create the controller's own agent DaemonSet with
+  ``system-node-critical``, a keyless ``Exists`` toleration, no resource limits or without the admin's required node
+  label (each tried as a server-side dry run: admission runs, nothing is stored); once the chart's policy is
+  installed every one is denied with a message naming what is wrong, and the unchanged DaemonSet is admitted;
 - what RBAC's escalation prevention stops without the policy (a Role granting ``*``, a RoleBinding to cluster-admin)
   is denied both before and after;
 - the real controller, under the same token and policy, still builds a DatasetCache's agent DaemonSet, ServiceAccount,
@@ -22,8 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainguard.controller.reconcile.cache_daemonset import agent_name
+from trainguard.controller.reconcile.cache_daemonset import agent_name, build_daemonset
 from trainguard.controller.reconcile.controller_policy import controller_admission_policy
+from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 from trainguard.webhook.runtime.dataset_cache import WARM_GATE
 from tests.conftest import Cluster
 from tests.integration.chart.test_chart import TRAINJOB_RUNTIME, kubeconfig_for_token, render
@@ -32,6 +36,14 @@ from tests.integration.reconcile.reconcile_harness import ControllerProcess, wai
 VAP_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 ROOTS = "datasetCache.allowedHostPathRoots={/data,/mnt/datasets}"
+# The admin's agent settings as Helm values, as controller flags, and as the setting both stand for.
+AGENT_SETS = ("datasetCache.allowedPriorityClasses={agents}", "datasetCache.allowedTolerationKeys={dedicated}",
+              "datasetCache.allowedNodeSelectorKeys={kubernetes.io/hostname}", "datasetCache.requiredNodeSelector.pool=gpu")
+AGENT_FLAGS = ("--dataset-cache-allowed-priority-classes=agents", "--dataset-cache-allowed-toleration-keys=dedicated",
+               "--dataset-cache-allowed-node-selector-keys=kubernetes.io/hostname",
+               "--dataset-cache-required-node-selector=pool=gpu")
+AGENTS = DatasetCacheAgents.of(priority_classes=["agents"], toleration_keys=["dedicated"],
+                               node_selector_keys=["kubernetes.io/hostname"], required_node_selector={"pool": "gpu"})
 
 
 def controller_policy(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -45,12 +57,13 @@ def agent_image(docs: list[dict[str, Any]]) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith("--cache-agent-image="))
 
 
-@pytest.mark.parametrize("release, fullname, sets, roots", [
-    ("tg", "tg-trainguard", [], []),
-    ("trainguard", "trainguard", ["cacheAgent.image=reg.example/agent:2", ROOTS], ["/data", "/mnt/datasets"]),
+@pytest.mark.parametrize("release, fullname, sets, roots, agents", [
+    ("tg", "tg-trainguard", [], [], DatasetCacheAgents()),
+    ("trainguard", "trainguard", ["cacheAgent.image=reg.example/agent:2", ROOTS, *AGENT_SETS],
+     ["/data", "/mnt/datasets"], AGENTS),
 ])
 def test_rendered_policy_equals_the_function(cluster: Cluster, release: str, fullname: str, sets: list[str],
-                                             roots: list[str]) -> None:
+                                             roots: list[str], agents: DatasetCacheAgents) -> None:
     docs = render(cluster, release, "tg-system", *sets)
     got = controller_policy(docs)
     image = agent_image(docs)
@@ -59,7 +72,7 @@ def test_rendered_policy_equals_the_function(cluster: Cluster, release: str, ful
     assert labels["app.kubernetes.io/instance"] == release
     assert got == controller_admission_policy(f"{fullname}-controller-identity", namespace="tg-system",
                                               service_account=f"{fullname}-controller", agent_image=image,
-                                              allowed_host_path_roots=roots, labels=labels)
+                                              allowed_host_path_roots=roots, agents=agents, labels=labels)
 
 
 def owned_by_cache(name: str) -> list[dict[str, Any]]:
@@ -87,7 +100,7 @@ def root_daemonset(meta: dict[str, Any], image: str) -> dict[str, Any]:
 
 def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     release = f"cp{namespace[-6:]}"
-    docs = render(cluster, release, namespace, ROOTS)
+    docs = render(cluster, release, namespace, ROOTS, *AGENT_SETS)
     rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     policy = controller_policy(docs)
     image = agent_image(docs)
@@ -130,6 +143,20 @@ def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namesp
     def create(obj: dict[str, Any]) -> tuple[str, ...]:
         return ("create", "--dry-run=server", "-f", "-", json.dumps(obj))
 
+    # What the controller builds for a cache in the users' namespace under the chart's settings, then one thing
+    # changed: a stolen token is no way to node-critical, tolerate-everything or unbounded agents either.
+    fake_cache = {"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache",
+                  "metadata": {"name": "fake", "namespace": users, "uid": "00000000-0000-0000-0000-000000000001"},
+                  "spec": {"source": {"hostPath": {"path": "/data/x"}, "shards": "*.arrow"}, "memoryBudget": "1Gi",
+                           "priorityClassName": "agents", "tolerations": [{"key": "dedicated", "operator": "Exists"}]}}
+    real_ds = build_daemonset(fake_cache, image=image, agents=AGENTS,
+                              sources=DatasetCacheSources(allowed_host_path_roots=("/data",)))
+
+    def agent_ds(change: Any) -> dict[str, Any]:
+        ds = json.loads(json.dumps(real_ds))
+        change(ds["spec"]["template"]["spec"])
+        return ds
+
     # (what, kubectl args (the last one is stdin when it starts with "{"), what the policy's denial says)
     attacks = [
         ("privileged DaemonSet in kube-system",
@@ -150,6 +177,22 @@ def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namesp
         ("another scheduling gate removed",
          ("patch", "pod", "trainer", "-n", users, "--dry-run=server", "--type=json", "-p",
           json.dumps([{"op": "remove", "path": "/spec/schedulingGates/1"}])), "scheduling gate"),
+        ("the agent DaemonSet at system-node-critical",
+         create(agent_ds(lambda pod: pod.update(priorityClassName="system-node-critical"))),
+         "spec.template.spec.priorityClassName system-node-critical is not one the cluster admin allows"),
+        ("the agent DaemonSet tolerating every taint",
+         create(agent_ds(lambda pod: pod["tolerations"].append({"operator": "Exists"}))),
+         "spec.template.spec.tolerations: each must name a taint key the cluster admin allows cache agents "
+         "(datasetCache.allowedTolerationKeys): dedicated"),
+        ("the agent DaemonSet without resource limits",
+         create(agent_ds(lambda pod: pod["containers"][0].pop("resources"))), "must set resources.limits cpu and memory"),
+        ("the agent DaemonSet without the admin's required node label",
+         create(agent_ds(lambda pod: pod.update(nodeSelector={"kubernetes.io/hostname": "node-1"}))),
+         "must hold every required label (datasetCache.requiredNodeSelector): pool=gpu"),
+        ("the agent DaemonSet selecting the control plane",
+         create(agent_ds(lambda pod: pod["nodeSelector"].update({"node-role.kubernetes.io/control-plane": ""}))),
+         "nodeSelector may use only the label keys the cluster admin allows cache agents "
+         "(datasetCache.allowedNodeSelectorKeys): kubernetes.io/hostname"),
         ("delete a DaemonSet not the controller's", ("delete", "daemonset", "other", "-n", users, "--dry-run=server"),
          "metadata.name must start with"),
     ]
@@ -177,6 +220,8 @@ def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namesp
 
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(policy))
         wait_for("the controller policy to be enforced", lambda: attempt(attacks[0][1]).returncode != 0, timeout=30)
+        out = attempt(create(real_ds))
+        assert out.returncode == 0, f"the controller's own agent DaemonSet denied:\n{out.stderr}"
         for what, args, says in attacks:
             out = attempt(args)
             assert out.returncode != 0, f"allowed under the policy: {what}"
@@ -196,13 +241,15 @@ def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namesp
         cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime))
         controller = ControllerProcess(
             stolen.kubeconfig, users, "vap-check", tmp_path, leader_elect=False, snapshot_namespace=namespace,
-            extra=[f"--cache-agent-image={image}", "--dataset-cache-allowed-host-path=/data"]).start()
+            extra=[f"--cache-agent-image={image}", "--dataset-cache-allowed-host-path=/data", *AGENT_FLAGS]).start()
         try:
             cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({
                 "apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache",
                 "metadata": {"name": "imagenet", "namespace": users},
                 "spec": {"source": {"hostPath": {"path": "/data/imagenet"}, "shards": "*.arrow"},
-                         "memoryBudget": "1Gi"}}))
+                         "memoryBudget": "1Gi", "priorityClassName": "agents",
+                         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}],
+                         "nodeSelector": {"kubernetes.io/hostname": "node-1"}}}))
             cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({
                 "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                 "metadata": {"name": "vap-job", "namespace": users},

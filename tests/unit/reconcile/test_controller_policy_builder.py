@@ -23,12 +23,15 @@ from trainguard.controller.reconcile.controller_policy import (
     controller_admission_policy,
 )
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
+from trainguard.webhook.policy.dataset_cache_agents import AGENT_GPU_TOLERATION, DatasetCacheAgents
 from trainguard.webhook.runtime.dataset_cache import SOCKET_HOST_ROOT
 
 CACHE = {"apiVersion": "trainguard.io/v1alpha1", "kind": "DatasetCache",
          "metadata": {"name": "imagenet", "namespace": "team-a", "uid": "u-1"},
          "spec": {"source": {"hostPath": {"path": "/data/imagenet"}, "shards": "*.arrow"}, "memoryBudget": "1Gi"}}
 SOURCES = DatasetCacheSources(allowed_host_path_roots=("/data",))
+AGENTS = DatasetCacheAgents.of(priority_classes=["agents"], toleration_keys=["dedicated"],
+                               node_selector_keys=["pool"], required_node_selector={"gpu": "true", "arch": "amd64"})
 
 
 def variables(policy: dict) -> dict[str, str]:
@@ -59,6 +62,46 @@ def test_settings_are_json_literals() -> None:
     (policy, _) = controller_admission_policy(agent_image="reg.example/tg:1", allowed_host_path_roots=["/a", "/b c"])
     assert json.loads(variables(policy)["agentImage"]) == "reg.example/tg:1"
     assert variables(policy)["hostPathRoots"] == '["/a","/b c"]'
+
+
+def test_agent_settings_are_json_literals_of_the_admins_setting() -> None:
+    (policy, _) = controller_admission_policy(agents=AGENTS)
+    got = {k: json.loads(variables(policy)[k]) for k in (
+        "allowedPriorityClasses", "allowedTolerationKeys", "allowedNodeSelectorKeys", "requiredNodeSelector")}
+    assert got == {"allowedPriorityClasses": ["agents"], "allowedTolerationKeys": ["dedicated"],
+                   "allowedNodeSelectorKeys": ["pool"], "requiredNodeSelector": {"arch": "amd64", "gpu": "true"}}
+    # Helm's toJson writes a map with sorted keys and no spaces: the chart renders the same text.
+    assert variables(policy)["requiredNodeSelector"] == '{"arch":"amd64","gpu":"true"}'
+    # The defaults are the binaries' defaults (no priority class or toleration key; the well-known node labels).
+    (default, _) = controller_admission_policy()
+    assert json.loads(variables(default)["allowedPriorityClasses"]) == []
+    assert json.loads(variables(default)["allowedNodeSelectorKeys"]) == list(
+        DatasetCacheAgents().allowed_node_selector_keys)
+    assert json.loads(variables(default)["requiredNodeSelector"]) == {}
+
+
+def test_the_gpu_toleration_check_names_every_field_of_the_agents_toleration() -> None:
+    (policy, _) = controller_admission_policy()
+    (rule,) = [v["expression"] for v in policy["spec"]["validations"] if "allowedTolerationKeys" in v["expression"]]
+    for key, value in AGENT_GPU_TOLERATION.items():
+        assert f"t.?{key}.orValue('') == '{value}'" in rule
+    assert "!has(t.tolerationSeconds)" in rule and "t.?key.orValue('') != ''" in rule
+
+
+def test_the_agent_daemonset_keeps_to_the_admins_scheduling_settings() -> None:
+    cache = {**CACHE, "spec": {**CACHE["spec"], "priorityClassName": "agents", "nodeSelector": {"pool": "a"},
+                               "tolerations": [{"key": "dedicated", "operator": "Exists"}]}}
+    for agents, spec in ((DatasetCacheAgents(), CACHE), (AGENTS, cache)):
+        pod = build_daemonset(spec, image="reg.example/tg:1", sources=SOURCES, agents=agents)["spec"]["template"]["spec"]
+        assert pod.get("priorityClassName", "") in ("", *agents.allowed_priority_classes)
+        for t in pod["tolerations"]:
+            assert t == AGENT_GPU_TOLERATION or (t.get("key") and t["key"] in agents.allowed_toleration_keys), t
+        selector = pod.get("nodeSelector", {})
+        required = dict(agents.required_node_selector)
+        assert all(k in required or k in agents.allowed_node_selector_keys for k in selector), selector
+        assert all(selector.get(k) == v for k, v in required.items()), selector
+        for c in pod["containers"] + pod["initContainers"]:
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), c["name"]
 
 
 def test_the_agent_role_grants_exactly_what_the_policy_allows() -> None:
