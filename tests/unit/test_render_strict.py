@@ -156,3 +156,15 @@ def test_a_reader_that_closes_the_pipe_early_ends_render_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE == 141
     assert err == "", err
+
+
+def test_the_crds_flag_reaches_render(tmp_path, capsys):
+    from trainguard.webhook.cli import build_parser
+
+    args = build_parser().parse_args(["render", "-f", str(EXAMPLES / "torch-distributed-gpu.yaml"),
+                                      "--crds", str(tmp_path)])
+    assert args.run(args) == 2
+    assert f"{tmp_path}: no CRDs to check the input against; pass --crds DIR" in capsys.readouterr().err
+    args = build_parser().parse_args(["render", "-f", str(EXAMPLES / "torch-distributed-gpu.yaml"),
+                                      "--crds", str(REPO / "crds"), "--now", "2026-09-01T12:00:00Z"])
+    assert args.run(args) == 0
