@@ -14,7 +14,9 @@ Their specs are passed through unchanged: the webhook, not the chart, is the jud
 {{- end }}
 {{- $kueue := dict }}
 {{- with .kueue.queueName }}{{ $_ := set $kueue "queueName" . }}{{ end }}
+{{- with .kueue.allowedQueueNames }}{{ $_ := set $kueue "allowedQueueNames" . }}{{ end }}
 {{- with .kueue.priorityClass }}{{ $_ := set $kueue "priorityClass" . }}{{ end }}
+{{- with .kueue.allowedPriorityClasses }}{{ $_ := set $kueue "allowedPriorityClasses" . }}{{ end }}
 {{- if $kueue }}
 {{- $_ := set $spec "scheduling" (dict "kueue" $kueue) }}
 {{- end }}

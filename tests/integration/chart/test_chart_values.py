@@ -51,7 +51,8 @@ GPU_POLICY = {
 SHORT_FORM = {
     "enabled": True, "name": "gpu-teams", "mode": "Audit", "priority": 5,
     "namespaceSelector": {"matchLabels": {"trainguard.io/tier": "gpu"}},
-    "kueue": {"queueName": "team-gpu", "priorityClass": "standard"},
+    "kueue": {"queueName": "team-gpu", "allowedQueueNames": ["team-gpu-burst"], "priorityClass": "standard",
+              "allowedPriorityClasses": ["low", "high"]},
     "topologyLevels": [{"nodeLabel": "kubernetes.io/hostname", "gpusPerDomain": 8},
                        {"nodeLabel": "nvidia.com/gpu.clique", "gpusPerDomain": 72}],
     "limits": {"maxGpusPerNode": 8, "maxTotalGpus": 512},
@@ -270,6 +271,11 @@ BAD_VALUES = [
     pytest.param({"policies": [{"name": "a"}]}, "at '/policies/0': missing property 'spec'", id="policy-without-spec"),
     pytest.param({"defaultPolicy": {"mode": "enforce"}}, "at '/defaultPolicy/mode': value must be one of 'Enforce', 'Audit'",
                  id="short-form-mode"),
+    pytest.param({"defaultPolicy": {"kueue": {"allowedQueueNames": "team-b"}}},
+                 "at '/defaultPolicy/kueue/allowedQueueNames': got string, want array", id="short-form-queues"),
+    pytest.param({"defaultPolicy": {"kueue": {"allowedPriorityClasses": ["low", "low"]}}},
+                 "at '/defaultPolicy/kueue/allowedPriorityClasses': items at 0 and 1 are equal",
+                 id="short-form-priority-classes"),
     pytest.param({"policies": [{"name": "default", "spec": {}}], "defaultPolicy": {"enabled": True}},
                  'TrainJobPolicy "default" is defined twice', id="duplicate-policy"),
     pytest.param({"serviceMonitor": {"interval": "often"}}, "at '/serviceMonitor/interval': 'often' does not match pattern",
@@ -328,6 +334,14 @@ def test_rendered_policies_are_what_the_webhook_enforces(cluster: Cluster) -> No
     admitted = ok.objects[0]
     assert admitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-gpu"
     assert admitted["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "standard"
+    # The short form's alternatives: a listed queue and priority class are kept, another queue is denied.
+    burst = trainjob("burst", "torch-distributed", numNodes=1, resourcesPerNode={"limits": {"nvidia.com/gpu": 8}})
+    burst["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-gpu-burst", "kueue.x-k8s.io/priority-class": "high"}
+    labels = render_admission(admission_docs(docs, namespace, burst), now=NOW).objects[0]["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-gpu-burst" and labels["kueue.x-k8s.io/priority-class"] == "high"
+    burst["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-cpu"
+    with pytest.raises(Denied, match=r"team-cpu(.|\n)*team-gpu-burst"):
+        render_admission(admission_docs(docs, namespace, burst), now=NOW)
     with pytest.raises(Denied, match=r"maxGpusPerNode|GPUs per node"):
         render_admission(admission_docs(docs, namespace, trainjob(
             "too-wide", "torch-distributed", numNodes=1, resourcesPerNode={"limits": {"nvidia.com/gpu": 16}})), now=NOW)
