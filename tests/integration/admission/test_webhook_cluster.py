@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -191,6 +192,86 @@ def test_certificate_rotation_under_a_request_stream_loses_nothing(cluster, name
         assert failed == 0, server.log_tail()
         assert len(serials) >= 4, "the serving certificate did not rotate"
         assert server.metric("trainguard_certificate_reloads_total") - reloads_at_start >= 3
+        assert answered > 0
+    finally:
+        if server is not None:
+            server.stop()
+        if registered is not None:
+            unregister(cluster, registered)
+
+
+def _served_leaf(port: int) -> x509.Certificate:
+    """The leaf the webhook serves now (not verified here: the apiserver verifies)."""
+    async def go() -> x509.Certificate:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        return x509.load_der_x509_certificate(der)
+
+    return asyncio.run(go())
+
+
+def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        leaf.verify_directly_issued_by(ca)
+        return True
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+
+
+def _secret_cas(cluster, namespace: str) -> list[x509.Certificate]:
+    secret = json.loads(cluster.kubectl("get", "secret", "webhook-cert", "-n", namespace, "-o", "json").stdout)
+    return x509.load_pem_x509_certificates(base64.b64decode(secret["data"]["ca.crt"]))
+
+
+def test_ca_rollover_under_a_request_stream_loses_nothing(cluster, namespace, tmp_path: Path) -> None:
+    """Secret mode with a 30 s CA renewed 12 s before expiry: a new CA enters the Secret and the injected caBundle
+    beside the old one, the leaf moves to it once it has propagated (3 s), and the old CA leaves the bundle when it
+    expires; the real apiserver verifies every new connection, and every request must be answered by the webhook."""
+    suffix = namespace[-40:]
+    mutating, validating = f"tg-{suffix}-mutating", f"tg-{suffix}-validating"
+    server = None
+    registered = None
+    try:
+        server = start_webhook(cluster, tmp_path, extra=[
+            "--cert-secret", "webhook-cert", "--namespace", namespace, "--cert-ip", "127.0.0.1",
+            "--ca-lifetime", "30s", "--cert-lifetime", "20s", "--cert-renew-before", "12s",
+            "--ca-propagation", "3s", "--cert-refresh-interval", "1s",
+            # idle connections close fast, so the paced requests below each make a new TLS handshake that the
+            # apiserver verifies against the caBundle of the moment (a kept-alive connection would never re-verify)
+            "--idle-timeout", "0.8",
+            "--mutating-configuration", mutating, "--validating-configuration", validating,
+        ])
+        registered = register(cluster, server, namespace, ca_bundle=False, wait=False)
+        first_ca = _secret_cas(cluster, namespace)[0]
+        wait_until_called(cluster, registered)
+        api = client.CustomObjectsApi(cluster.api_client())
+        answered = failed = 0
+        moved = retired = False  # the leaf is signed by a newer CA; the first CA has left the bundle
+        deadline = time.monotonic() + 150  # safety net only; the loop ends on the rollover observed
+        while not (moved and retired) and time.monotonic() < deadline:
+            try:
+                api.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs",
+                                                    trainjob(f"ca-{answered}", namespace, "missing"), dry_run="All")
+            except ApiException as e:
+                if e.status == 403 and "denied the request" in (e.body or ""):
+                    answered += 1
+                else:
+                    failed += 1
+            cas = _secret_cas(cluster, namespace)
+            leaf = _served_leaf(server.port)
+            moved = moved or (cas[0].serial_number != first_ca.serial_number and _issued_by(leaf, cas[0])
+                              and not _issued_by(leaf, first_ca))
+            retired = retired or all(c.serial_number != first_ca.serial_number for c in cas)
+            time.sleep(1.3)  # past the idle timeout: the next request comes on a new connection
+        assert failed == 0, server.log_tail()
+        assert moved, "the serving certificate never moved to a new CA"
+        assert retired, "the expired CA never left the bundle"
+        configured = json.loads(cluster.kubectl("get", "validatingwebhookconfiguration", validating, "-o", "json").stdout)
+        injected = x509.load_pem_x509_certificates(base64.b64decode(configured["webhooks"][0]["clientConfig"]["caBundle"]))
+        assert {c.serial_number for c in injected} == {c.serial_number for c in _secret_cas(cluster, namespace)}
         assert answered > 0
     finally:
         if server is not None:
