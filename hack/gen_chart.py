@@ -33,6 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from trainguard.controller.reconcile.cache_daemonset import AgentResources  # noqa: E402
 from trainguard.controller.reconcile.controller_policy import controller_admission_policy  # noqa: E402
 from trainguard.webhook.admission.registration import Registration, ServiceRef, webhook_configurations  # noqa: E402
 from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents  # noqa: E402
@@ -117,6 +118,10 @@ CONTROLLER_POLICY_SUBSTITUTIONS = (
       for value in ("allowedPriorityClasses", "allowedTolerationKeys", "allowedNodeSelectorKeys")),
     ("\'{\"@@requiredNodeSelector@@\":\"x\"}\'",
      "{{ .Values.datasetCache.requiredNodeSelector | default (dict) | toJson | toJson }}"),
+    # A quantity in the values may be a number: its text, as the flags' printf %v.
+    ("\'\"7777\"\'", "{{ .Values.cacheAgent.resources.cpuLimit | toString | toJson | toJson }}"),
+    ("\'\"7777Gi\"\'", "{{ .Values.datasetCache.maxMemoryBudget | toString | toJson | toJson }}"),
+    ("\'\"7777Mi\"\'", "{{ .Values.cacheAgent.resources.memoryOverhead | toString | toJson | toJson }}"),
     ("    \'@@LABELS@@\': x\n", '{{- include "trainguard.labels" . | nindent 4 }}\n'),
 )
 
@@ -128,7 +133,9 @@ def controller_policy_template() -> str:
                                            priority_classes=["@@allowedPriorityClasses@@"],
                                            toleration_keys=["@@allowedTolerationKeys@@"],
                                            node_selector_keys=["@@allowedNodeSelectorKeys@@"],
-                                           required_node_selector={"@@requiredNodeSelector@@": "x"}),
+                                           required_node_selector={"@@requiredNodeSelector@@": "x"},
+                                           max_memory_budget="7777Gi"),
+                                       resources=AgentResources(cpu_limit="7777", memory_overhead="7777Mi"),
                                        labels={"@@LABELS@@": "x"})
     text = yaml.safe_dump_all(docs, sort_keys=False, width=1_000_000)
     for placeholder, expr in CONTROLLER_POLICY_SUBSTITUTIONS:

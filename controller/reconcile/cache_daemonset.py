@@ -62,6 +62,10 @@ DATA_MOUNT_PATH = "/data"
 SOCKET_DIR_IN_POD = "/run/trainguard-cache"
 GPU_TOLERATION = AGENT_GPU_TOLERATION
 
+# The socket-dir init container's own resources (a chown): not the admin's AgentResources, which size the agent.
+PREPARE_REQUESTS = {"cpu": "10m", "memory": "32Mi"}
+PREPARE_LIMITS = {"cpu": "100m", "memory": "64Mi"}
+
 LABEL_CACHE = "trainguard.io/dataset-cache"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 COMPONENT = "dataset-cache-agent"
@@ -278,7 +282,7 @@ def build_daemonset(
             f"--socket-group={SOCKET_GROUP_ID}",  # the directory becomes 0750 agent:group
         ],
         "volumeMounts": [{"name": "socket", "mountPath": SOCKET_DIR_IN_POD}],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        "resources": {"requests": dict(PREPARE_REQUESTS), "limits": dict(PREPARE_LIMITS)},
         "securityContext": {
             "runAsNonRoot": False,
             "runAsUser": 0,

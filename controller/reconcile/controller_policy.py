@@ -25,8 +25,10 @@ to what ``cache_daemonset`` and ``gates`` build:
   ``datasetCache.*`` settings, the ones the webhook and controller flags carry): ``priorityClassName`` empty or one
   of ``allowedPriorityClasses``; every toleration naming a key of ``allowedTolerationKeys`` or exactly the GPU
   toleration every agent gets; ``nodeSelector`` keys in ``allowedNodeSelectorKeys`` and every
-  ``requiredNodeSelector`` label present with its value; every container with cpu and memory limits (so no agent
-  is node-critical, runs on every tainted node or takes a node's memory without a bound);
+  ``requiredNodeSelector`` label present with its value; every container with cpu and memory limits, at most
+  ``cacheAgent.resources.cpuLimit`` and ``datasetCache.maxMemoryBudget`` + ``cacheAgent.resources.memoryOverhead``
+  (or the socket-dir init container's own, if larger), so no agent is node-critical, runs on every tainted node or
+  takes more of a node than the admin allows a cache;
 * a Role grants only ``patch`` on pods (what the agents need); a RoleBinding binds only the Role of its own name to
   the ServiceAccount of its own name in its namespace;
 * pods: only an UPDATE that removes scheduling gates (``trainguard.io/dataset-cache-warm``, what ``gates`` does):
@@ -49,7 +51,9 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from trainguard.controller.reconcile.cache_daemonset import COMPONENT, LABEL_CACHE, LABEL_COMPONENT, agent_name
+from trainguard.controller.reconcile.cache_daemonset import (
+    COMPONENT, LABEL_CACHE, LABEL_COMPONENT, PREPARE_LIMITS, AgentResources, agent_name,
+)
 from trainguard.webhook.api.constants import DATASET_CACHE_KIND
 from trainguard.webhook.policy.dataset_cache_agents import AGENT_GPU_TOLERATION, DatasetCacheAgents
 from trainguard.webhook.runtime.dataset_cache import SOCKET_HOST_ROOT, WARM_GATE
@@ -82,6 +86,11 @@ def _is_gpu_toleration(t: str) -> str:
     """CEL: toleration ``t`` is exactly ``AGENT_GPU_TOLERATION`` (field by field: a typed toleration is no map)."""
     fields = [f"{t}.?{k}.orValue('') == {_s(v)}" for k, v in sorted(AGENT_GPU_TOLERATION.items())]
     return "(" + " && ".join(fields + [f"{t}.?value.orValue('') == ''", f"!has({t}.tolerationSeconds)"]) + ")"
+
+
+def _at_least(quantity: str, floor: str) -> str:
+    """CEL: the larger of Kubernetes quantity expression ``quantity`` and the constant ``floor``."""
+    return f"({quantity}.compareTo(quantity({_s(floor)})) < 0 ? quantity({_s(floor)}) : {quantity})"
 
 
 def _names(variable: str) -> str:
@@ -181,8 +190,14 @@ def _validations() -> list[dict]:
           "(variables.requiredNodeSelector.size() == 0 ? 'none' : "
           "variables.requiredNodeSelector.map(k, k + '=' + variables.requiredNodeSelector[k]).join(', '))"),
         v(ds + "variables.containers.all(c, 'cpu' in c.?resources.?limits.orValue({}) && "
-          "'memory' in c.?resources.?limits.orValue({}))",
-          "'spec.template.spec: every container and init container must set resources.limits cpu and memory'"),
+          "'memory' in c.?resources.?limits.orValue({}) && "
+          "quantity(string(c.resources.limits['cpu'])).compareTo(variables.maxCpu) <= 0 && "
+          "quantity(string(c.resources.limits['memory'])).compareTo(variables.maxMemory) <= 0)",
+          "'spec.template.spec: every container and init container must set resources.limits cpu, at most ' + "
+          "variables.agentCpuLimit + ' (cacheAgent.resources.cpuLimit), and memory, at most ' + "
+          "variables.maxMemoryBudget + ' + ' + variables.agentMemoryOverhead + ' (datasetCache.maxMemoryBudget + "
+          f"cacheAgent.resources.memoryOverhead); the socket-dir init container may have "
+          f"{PREPARE_LIMITS['cpu']} and {PREPARE_LIMITS['memory']}'"),
         v("variables.kind != 'Role' || variables.obj.?rules.orValue([]).all(r, "
           f"r.?apiGroups.orValue([]) == {_list(rule['apiGroups'])} && "
           f"r.?resources.orValue([]) == {_list(rule['resources'])} && "
@@ -223,12 +238,13 @@ def controller_admission_policy(
     agent_image: str = "ghcr.io/trainguard/trainguard:0.1.0",
     allowed_host_path_roots: Sequence[str] = (),
     agents: DatasetCacheAgents = DatasetCacheAgents(),
+    resources: AgentResources = AgentResources(),
     labels: dict[str, str] | None = None,
 ) -> list[dict]:
     """The ValidatingAdmissionPolicy and its binding (cluster-scoped; ``name`` names both) for the controller
     running as ServiceAccount ``namespace``/``service_account`` with ``--cache-agent-image=agent_image``, the
-    admin's ``allowed_host_path_roots`` and agent settings ``agents`` (the controller's ``--dataset-cache-*``
-    flags). The settings are CEL literals (JSON, so the chart fills them with ``toJson``)."""
+    admin's ``allowed_host_path_roots``, agent settings ``agents`` (the controller's ``--dataset-cache-*`` flags)
+    and agent ``resources`` (``--cache-agent-*``). The settings are CEL literals (JSON, so the chart fills them with ``toJson``)."""
     meta: dict = {"name": name}
     if labels:
         meta["labels"] = dict(labels)
@@ -267,6 +283,13 @@ def controller_admission_policy(
                 {"name": "allowedTolerationKeys", "expression": _json(list(agents.allowed_toleration_keys))},
                 {"name": "allowedNodeSelectorKeys", "expression": _json(list(agents.allowed_node_selector_keys))},
                 {"name": "requiredNodeSelector", "expression": _json(dict(agents.required_node_selector))},
+                {"name": "agentCpuLimit", "expression": _json(resources.cpu_limit)},
+                {"name": "maxMemoryBudget", "expression": _json(agents.max_memory_budget)},
+                {"name": "agentMemoryOverhead", "expression": _json(resources.memory_overhead)},
+                {"name": "maxCpu", "expression": _at_least("quantity(variables.agentCpuLimit)", PREPARE_LIMITS["cpu"])},
+                {"name": "maxMemory", "expression": _at_least(
+                    "quantity(variables.maxMemoryBudget).add(quantity(variables.agentMemoryOverhead))",
+                    PREPARE_LIMITS["memory"])},
                 {"name": "socketDirectory", "expression": f"{_s(SOCKET_HOST_ROOT)} + '/' + request.namespace + '/'"},
                 {"name": "labels", "expression": "variables.obj.metadata.?labels.orValue({})"},
                 {"name": "owners", "expression": "variables.obj.metadata.?ownerReferences.orValue([])"},

@@ -6,8 +6,8 @@ real helm binary and the real apiserver, played with a token of the controller's
 - a stolen controller token, with only the chart's RBAC, can create a privileged DaemonSet, a ServiceAccount and a
   RoleBinding in kube-system, an agent-shaped privileged DaemonSet, a Role granting what the controller holds, a JobSet
   in kube-system, and patch a pod's image, and create the controller's own agent DaemonSet with
-  ``system-node-critical``, a keyless ``Exists`` toleration, no resource limits or without the admin's required node
-  label (each tried as a server-side dry run: admission runs, nothing is stored); once the chart's policy is
+  ``system-node-critical``, a keyless ``Exists`` toleration, no resource limits or limits above the admin's, or
+  without the admin's required node label (each tried as a server-side dry run: admission runs, nothing is stored); once the chart's policy is
   installed every one is denied with a message naming what is wrong, and the unchanged DaemonSet is admitted;
 - what RBAC's escalation prevention stops without the policy (a Role granting ``*``, a RoleBinding to cluster-admin)
   is denied both before and after;
@@ -18,13 +18,14 @@ real helm binary and the real apiserver, played with a token of the controller's
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from trainguard.controller.reconcile.cache_daemonset import agent_name, build_daemonset
+from trainguard.controller.reconcile.cache_daemonset import AgentResources, agent_name, build_daemonset
 from trainguard.controller.reconcile.controller_policy import controller_admission_policy
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
@@ -57,13 +58,17 @@ def agent_image(docs: list[dict[str, Any]]) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith("--cache-agent-image="))
 
 
-@pytest.mark.parametrize("release, fullname, sets, roots, agents", [
-    ("tg", "tg-trainguard", [], [], DatasetCacheAgents()),
-    ("trainguard", "trainguard", ["cacheAgent.image=reg.example/agent:2", ROOTS, *AGENT_SETS],
-     ["/data", "/mnt/datasets"], AGENTS),
+@pytest.mark.parametrize("release, fullname, sets, roots, agents, resources", [
+    ("tg", "tg-trainguard", [], [], DatasetCacheAgents(), AgentResources()),
+    # cpuLimit=2 is a number in the values: the policy gets its text, as the controller's flag does.
+    ("trainguard", "trainguard", ["cacheAgent.image=reg.example/agent:2", ROOTS, *AGENT_SETS,
+                                  "cacheAgent.resources.cpuLimit=2", "cacheAgent.resources.memoryOverhead=256Mi",
+                                  "datasetCache.maxMemoryBudget=8Gi"],
+     ["/data", "/mnt/datasets"], AGENTS, AgentResources(cpu_limit="2", memory_overhead="256Mi")),
 ])
 def test_rendered_policy_equals_the_function(cluster: Cluster, release: str, fullname: str, sets: list[str],
-                                             roots: list[str], agents: DatasetCacheAgents) -> None:
+                                             roots: list[str], agents: DatasetCacheAgents,
+                                             resources: AgentResources) -> None:
     docs = render(cluster, release, "tg-system", *sets)
     got = controller_policy(docs)
     image = agent_image(docs)
@@ -72,7 +77,8 @@ def test_rendered_policy_equals_the_function(cluster: Cluster, release: str, ful
     assert labels["app.kubernetes.io/instance"] == release
     assert got == controller_admission_policy(f"{fullname}-controller-identity", namespace="tg-system",
                                               service_account=f"{fullname}-controller", agent_image=image,
-                                              allowed_host_path_roots=roots, agents=agents, labels=labels)
+                                              allowed_host_path_roots=roots, labels=labels, resources=resources,
+                                              agents=replace(agents, max_memory_budget="8Gi") if sets else agents)
 
 
 def owned_by_cache(name: str) -> list[dict[str, Any]]:
@@ -185,7 +191,16 @@ def test_stolen_controller_token_cannot_reach_the_nodes(cluster: Cluster, namesp
          "spec.template.spec.tolerations: each must name a taint key the cluster admin allows cache agents "
          "(datasetCache.allowedTolerationKeys): dedicated"),
         ("the agent DaemonSet without resource limits",
-         create(agent_ds(lambda pod: pod["containers"][0].pop("resources"))), "must set resources.limits cpu and memory"),
+         create(agent_ds(lambda pod: pod["containers"][0].pop("resources"))),
+         "every container and init container must set resources.limits cpu, at most"),
+        ("the agent DaemonSet taking a terabyte of every node",
+         create(agent_ds(lambda pod: pod["containers"][0]["resources"].update(
+             requests={"memory": "1Ti"}, limits={"cpu": "1", "memory": "1Ti"}))),
+         "and memory, at most 64Gi + 128Mi (datasetCache.maxMemoryBudget + cacheAgent.resources.memoryOverhead)"),
+        ("the agent DaemonSet with 64 CPUs",
+         create(agent_ds(lambda pod: pod["initContainers"][0]["resources"].update(
+             limits={"cpu": "64", "memory": "64Mi"}))),
+         "resources.limits cpu, at most 1 (cacheAgent.resources.cpuLimit)"),
         ("the agent DaemonSet without the admin's required node label",
          create(agent_ds(lambda pod: pod.update(nodeSelector={"kubernetes.io/hostname": "node-1"}))),
          "must hold every required label (datasetCache.requiredNodeSelector): pool=gpu"),

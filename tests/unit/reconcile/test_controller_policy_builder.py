@@ -10,6 +10,8 @@ import json
 
 from trainguard.controller.reconcile.cache_daemonset import (
     COMPONENT,
+    PREPARE_LIMITS,
+    AgentResources,
     LABEL_CACHE,
     LABEL_COMPONENT,
     build_agent_rbac,
@@ -72,6 +74,13 @@ def test_agent_settings_are_json_literals_of_the_admins_setting() -> None:
                    "allowedNodeSelectorKeys": ["pool"], "requiredNodeSelector": {"arch": "amd64", "gpu": "true"}}
     # Helm's toJson writes a map with sorted keys and no spaces: the chart renders the same text.
     assert variables(policy)["requiredNodeSelector"] == '{"arch":"amd64","gpu":"true"}'
+    (policy, _) = controller_admission_policy(agents=AGENTS, resources=AgentResources(cpu_limit="2",
+                                                                                   memory_overhead="256Mi"))
+    assert [json.loads(variables(policy)[k]) for k in ("agentCpuLimit", "maxMemoryBudget", "agentMemoryOverhead")] == [
+        "2", DatasetCacheAgents().max_memory_budget, "256Mi"]
+    # The socket-dir init container's fixed limits stay allowed when the admin's are smaller.
+    for bound, floor in (("maxCpu", PREPARE_LIMITS["cpu"]), ("maxMemory", PREPARE_LIMITS["memory"])):
+        assert f"< 0 ? quantity('{floor}')" in variables(policy)[bound]
     # The defaults are the binaries' defaults (no priority class or toleration key; the well-known node labels).
     (default, _) = controller_admission_policy()
     assert json.loads(variables(default)["allowedPriorityClasses"]) == []
@@ -100,8 +109,10 @@ def test_the_agent_daemonset_keeps_to_the_admins_scheduling_settings() -> None:
         required = dict(agents.required_node_selector)
         assert all(k in required or k in agents.allowed_node_selector_keys for k in selector), selector
         assert all(selector.get(k) == v for k, v in required.items()), selector
-        for c in pod["containers"] + pod["initContainers"]:
-            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), c["name"]
+        limits = {c["name"]: c["resources"]["limits"] for c in pod["containers"] + pod["initContainers"]}
+        assert limits["socket-dir"] == PREPARE_LIMITS
+        assert limits["agent"] == {"cpu": AgentResources().cpu_limit, "memory": str(
+            (1 << 30) + AgentResources().memory_overhead_bytes)}  # 1Gi budget <= the admin's max + overhead
 
 
 def test_the_agent_role_grants_exactly_what_the_policy_allows() -> None:
