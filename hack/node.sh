@@ -122,11 +122,30 @@ start() {
   exec_seen "$pids/$name.pid" "/$name"
 }
 
+# exited NAME: the component this script started is gone, seen twice 0.5 s apart (one read of /proc can miss a
+# process that is there: kube-proxy was twice called dead with an empty log, right after its start). Sets
+# exit_how to how it ended when this shell can reap it (its own background child).
+exit_how=""
+exited() {
+  local pidfile=$pids/$1.pid pid code
+  [[ -f $pidfile ]] || return 1
+  alive "$pidfile" "/$1" && return 1
+  sleep 0.5
+  if alive "$pidfile" "/$1"; then log "$1: one look at /proc missed it; it is running"; return 1; fi
+  pid=$(<"$pidfile")
+  if wait "$pid" 2>/dev/null; then code=0; else code=$?; fi
+  case $code in
+    127) exit_how="not a child of this shell" ;;
+    129|13[0-9]|14[0-9]|15[0-9]) exit_how="killed by signal $((code - 128))" ;;
+    *) exit_how="exit status $code" ;;
+  esac
+}
+
 wait_for() {  # SECONDS WHAT COMMAND...
   local deadline=$((SECONDS + $1)) what=$2 n; shift 2
   until "$@" >/dev/null 2>&1; do
     for n in "${node_components[@]}" "${cp_components[@]}"; do
-      if [[ -f $pids/$n.pid ]] && ! alive "$pids/$n.pid" "/$n"; then fail "$n exited while waiting for $what"; fi
+      if exited "$n"; then fail "$n exited ($exit_how) while waiting for $what"; fi
     done
     ((SECONDS < deadline)) || fail "timed out after $1 s waiting for $what"
     sleep 0.5
