@@ -25,7 +25,22 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/versions.sh"
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "build-tools: Go is not installed (need go >= 1.25 on PATH); install it from your distribution or https://go.dev/dl/" >&2
+  echo "build-tools: Go is not installed (need go >= 1.26 on PATH); install it from your distribution or https://go.dev/dl/" >&2
+  exit 1
+fi
+
+# go_needed TARGET...: the highest `go` directive of the modules the targets build (the node's modules only for
+# `node`). Under GOTOOLCHAIN=local an older Go fails deep inside a build with a vague error; refuse it up front.
+# Cheap on purpose (reads go.mod files, runs `go version`): this runs on every make test.
+go_needed() {
+  local mods=("$here"/tools/*/go.mod)
+  [[ " $* " != *" node "* ]] || mods+=("$here"/tools/node/*/go.mod)
+  sed -n 's/^go \([0-9][0-9.]*\)[[:space:]]*$/\1/p' "${mods[@]}" | sort -V | tail -n 1
+}
+go_found=$(go version | sed -n 's/^go version go\([0-9][0-9.]*\).*/\1/p')
+go_need=$(go_needed "$@")
+if [[ -z $go_found || $(printf '%s\n%s\n' "$go_need" "$go_found" | sort -V | head -n 1) != "$go_need" ]]; then
+  echo "build-tools: Go $go_need or newer is needed (the go directive of hack/tools/*/go.mod, built with GOTOOLCHAIN=local); found ${go_found:-an unreadable version}: $(go version); install it from https://go.dev/dl/" >&2
   exit 1
 fi
 
