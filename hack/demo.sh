@@ -195,7 +195,7 @@ k apply --server-side -f examples/torch-distributed-gpu.yaml -l trainer.kubeflow
 # trainguard's cache holding the policy and the runtime.
 wait_until 60 "Kueue's and trainguard's webhooks with the policy" bash -c \
   'k apply --server-side --dry-run=server -o json -f examples/torch-distributed-gpu.yaml | grep -q "\"manager\": \"kueue.x-k8s.io/manager\"" '
-phases() {  # phases NAME: each new trainguard.io/state (the PHASE column) of TrainJob NAME, timed from now
+phases() {  # phases NAME: each new trainguard.io/state (the STATE column) of TrainJob NAME, timed from now
   local start=${EPOCHREALTIME/./} last="" now us
   while :; do
     now=$(k -n "$ns" get trainjob "$1" -o jsonpath='{.metadata.labels.trainguard\.io/state}' 2>/dev/null) || now=""

@@ -34,14 +34,42 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 Object = dict[str, Any]
 
 
+# Kueue's reason for not admitting a Workload: its QuotaReserved=False message, e.g. "couldn't assign flavors to pod
+# set node: insufficient quota for nvidia.com/gpu in flavor h100, request > maximum capacity (64 > 48)".
+QUOTA_RESERVED = "QuotaReserved"
+# A Kueue message is a sentence or a few; cut there so a cached Workload stays small whatever Kueue writes.
+MAX_PENDING_MESSAGE = 1024
+
+
 def workload_view(obj: Object) -> Object:
-    """What the controller caches of a Workload: identity, labels, annotations, owners, ``spec.active`` and the
-    condition types (the pod sets, often most of the object, are never read)."""
+    """What the controller caches of a Workload: identity, labels, annotations, owners, ``spec.active``, the
+    condition types, and QuotaReserved's reason and message (the pod sets, often most of the object, are never
+    read)."""
     view = Workload(strip_managed_fields(obj))
     kept = view.metadata.only(("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
                                "ownerReferences"))
-    conditions = [{"type": c.type, "status": c.status} for c in map(Condition, view.conditions) if isinstance(c.raw, dict)]
+    conditions: list[Object] = []
+    for c in map(Condition, view.conditions):
+        if not isinstance(c.raw, dict):
+            continue
+        entry: Object = {"type": c.type, "status": c.status}
+        if c.type == QUOTA_RESERVED:
+            entry.update(reason=c.reason, message=str(c.message or "")[:MAX_PENDING_MESSAGE])
+        conditions.append(entry)
     return {"metadata": kept, "spec": {"active": view.active}, "status": {"conditions": conditions}}
+
+
+def pending_message(workloads: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why Kueue holds the job: the QuotaReserved=False message of its first active, unfinished Workload (quota,
+    topology, an inadmissible queue), as Kueue wrote it; None when Kueue says nothing (or has reserved quota)."""
+    for wl in workloads:
+        view = Workload(wl)
+        if is_finished(wl) or not view.active:
+            continue
+        reserved = find_condition(view.conditions, QUOTA_RESERVED)
+        if reserved is not None and reserved.status == "False" and reserved.message:
+            return f"Kueue has not admitted its Workload {view.metadata.name} ({reserved.reason}): {reserved.message}"
+    return None
 
 
 def is_finished(workload: Mapping[str, Any]) -> bool:

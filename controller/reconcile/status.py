@@ -3,15 +3,27 @@
 Matches the status half of Kubeflow Trainer v2.3's ``TrainJobReconciler.Reconcile``
 (``pkg/controller/trainjob_controller.go``) with one deliberate fix:
 
-* ``Suspended`` mirrors ``spec.suspend``: True/Suspended/"TrainJob is suspended"; after a suspension,
-  False/Resumed/"TrainJob is resumed"; a never-suspended job has no such condition. Beyond upstream, a job the
-  controller blocks (``enforcement``) is True/PolicyDenied with the denial as message, whatever ``spec.suspend``
-  says: nothing of it runs, its active deadline does not count, and it is never reported Resumed while blocked.
+* ``Suspended`` is True/Suspended/"TrainJob is suspended" while ``spec.suspend`` is true. Beyond upstream, a job
+  the controller blocks (``enforcement``) is True/PolicyDenied with the denial as message, whatever
+  ``spec.suspend`` says: nothing of it runs, its active deadline does not count, and it is never resumed while
+  blocked.
+* Deliberate difference: on resume the ``Suspended`` condition is removed, where upstream keeps
+  False/Resumed. The ``kubeflow`` SDK 0.5 (``TrainerClient.get_job()``, ``wait_for_job_status``) reads Running
+  from the pods only when ``status.conditions`` is empty, so upstream's leftover condition turns every job that
+  Kueue (or anyone) once suspended into "Created" for as long as it runs. Kueue's TrainJob integration reads
+  ``spec.suspend``, ``jobsStatus`` and Complete/Failed, never this condition. The resume time, which upstream
+  keeps as that condition's lastTransitionTime, moves to ``status.lastResumeTime`` (a CRD addition); a stored
+  ``Suspended=False`` (upstream's, or an earlier trainguard's) is migrated the same way on the next reconcile.
+  The ``Resumed`` event stays.
+* Beyond upstream, under Kueue: while a suspended job's Workload waits, the Suspended condition's message carries
+  Kueue's reason after upstream's text ("TrainJob is suspended: Kueue has not admitted its Workload ... (Pending):
+  couldn't assign flavors ...") and each new reason is one Normal ``WaitingForKueue`` event, which the SDK's
+  ``get_job_events()`` lists. Kueue remains the only writer of the Workload; this only reads it.
 * ``Complete`` / ``Failed`` are copied from the JobSet's ``Completed`` / ``Failed`` conditions (status, reason,
   message, lastTransitionTime); ``jobsStatus`` is the JobSet's ``replicatedJobsStatus``.
-* ``activeDeadlineSeconds`` counts from the last resume (the ``Suspended=False`` transition), else from
-  creation; past it the job gets ``Failed/DeadlineExceeded`` and its JobSet is deleted; before it the caller
-  requeues at the deadline. Suspended or finished jobs have no running deadline.
+* ``activeDeadlineSeconds`` counts from the last resume (``status.lastResumeTime``), else from creation; past
+  it the job gets ``Failed/DeadlineExceeded`` and its JobSet is deleted; before it the caller requeues at the
+  deadline. Suspended or finished jobs have no running deadline.
 * Fix of upstream #3779: upstream drops every non-deadline ``Failed`` condition at the start of each reconcile
   and recomputes it from the JobSet, so once a failed JobSet is deleted (TTL) the job looks unfinished and its
   JobSet is rebuilt, resetting maxRestarts. Here ``Complete=True`` and ``Failed=True`` are terminal: a finished
@@ -24,8 +36,10 @@ vocabulary of the ``kubeflow`` SDK: Created, Running, Suspended, Complete, Faile
 (``kubeflow/trainer/backends/kubernetes/backend.py``) infers "Running" from pods only when
 ``status.conditions`` is empty and otherwise reports only a True Complete/Failed condition, defaulting to
 "Created" - so any extra condition (e.g. ``Running``) would turn every running job into "Created" in the SDK.
-A label keeps the conditions list exactly upstream's and is visible with
-``kubectl get trainjobs -L trainguard.io/state`` and selectable with ``-l trainguard.io/state=Running``.
+A label keeps the conditions list free of trainguard's own types; it is ``kubectl get trainjobs``' State column and
+selectable with ``-l trainguard.io/state=Running``. ``job_size`` gives the labels of the Nodes and GPUs columns
+(``trainguard.io/nodes``, ``trainguard.io/gpus``), read off the JobSet as built. They are for reading only: a user
+can rewrite them and the reconciler sets them back; nothing decides on them.
 """
 
 from __future__ import annotations
@@ -37,8 +51,9 @@ from typing import Any, Iterable, Mapping
 
 from trainguard.webhook.api import constants as api_constants
 from trainguard.webhook.api.apimachinery import format_time, parse_time
-from trainguard.webhook.api.constants import LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
+from trainguard.webhook.api.constants import LABEL_GPUS, LABEL_NODES, LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
 from trainguard.webhook.api.views import Condition, JobSet, TrainJob, find_condition
+from trainguard.webhook.runtime.resources import gpu_count
 
 Object = dict[str, Any]
 
@@ -50,13 +65,15 @@ SUSPENDED = "Suspended"
 COMPLETE = "Complete"
 FAILED = "Failed"
 REASON_SUSPENDED = "Suspended"
-REASON_RESUMED = "Resumed"
+REASON_RESUMED = "Resumed"  # the event's reason; no condition carries it (see the module docstring)
 REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
 REASON_RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
 REASON_POLICY_DENIED = "PolicyDenied"  # trainguard's: the Suspended condition of a Blocked job
 MESSAGE_SUSPENDED = "TrainJob is suspended"
+REASON_WAITING_FOR_KUEUE = "WaitingForKueue"  # trainguard's event: Kueue's reason for holding the job
 MESSAGE_RESUMED = "TrainJob is resumed"
 MESSAGE_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
+LAST_RESUME_TIME = "lastResumeTime"  # status field (trainguard's CRD addition)
 
 # JobSet condition types copied into the TrainJob.
 JOBSET_COMPLETED = "Completed"
@@ -64,6 +81,8 @@ JOBSET_FAILED = "Failed"
 
 # The user-visible state label (beyond upstream) and its values, in the SDK's words.
 STATE_LABEL = LABEL_STATE
+NODES_LABEL = LABEL_NODES
+GPUS_LABEL = LABEL_GPUS
 STATE_CREATED = "Created"
 STATE_RUNNING = "Running"
 STATE_SUSPENDED = "Suspended"
@@ -97,9 +116,17 @@ class StatusDecision:
     requeue_after: float | None = None
     transitions: tuple[Transition, ...] = field(default_factory=tuple)
     state: str = STATE_CREATED
+    # The Nodes and GPUs labels (``job_size``); empty when there is no JobSet to read them from.
+    size: Mapping[str, str] = field(default_factory=dict)
 
     def changed(self, trainjob: Mapping[str, Any]) -> bool:
         return _comparable(self.status) != _comparable(TrainJob(trainjob).status)
+
+    def merge_patch(self, trainjob: Mapping[str, Any]) -> Object:
+        """The status as a JSON merge patch over the stored one: a key the new status drops (the conditions after
+        a resume) is sent as null, since a merge patch that leaves a key out leaves it as stored."""
+        dropped = {k: None for k in _comparable(TrainJob(trainjob).status) if k not in _comparable(self.status)}
+        return {**dropped, **self.status}
 
 
 # ---- predicates -------------------------------------------------------------------------------------------------
@@ -126,11 +153,8 @@ def is_suspended(trainjob: Mapping[str, Any]) -> bool:
 # ---- deadline -----------------------------------------------------------------------------------------------------
 def deadline_start(trainjob: Mapping[str, Any]) -> datetime:
     """When the active deadline started counting: the last resume, else the creation time."""
-    conditions = TrainJob(trainjob).conditions
-    resumed = find_condition(conditions, SUSPENDED)
-    if resumed is not None and resumed.status == "False" and resumed.last_transition_time:
-        return parse_time(resumed.last_transition_time)
-    return parse_time(_created(trainjob))
+    resumed = TrainJob(trainjob).last_resume_time
+    return parse_time(resumed if resumed else _created(trainjob))
 
 
 def _created(trainjob: Mapping[str, Any]) -> str:
@@ -161,6 +185,10 @@ def set_condition(conditions: list[Object], new: Object, now: datetime) -> None:
         current["lastTransitionTime"] = wanted.last_transition_time or format_time(now)
     current["reason"] = wanted.reason
     current["message"] = wanted.message
+
+
+def _without(conditions: list[Object], type_: str) -> list[Object]:
+    return [c for c in conditions if Condition(c).type != type_]
 
 
 def _copied(jobset_condition: Condition, type_: str) -> Object:
@@ -200,11 +228,12 @@ def unsupported_runtime(trainjob: Mapping[str, Any], key: str, now: datetime) ->
 
 # ---- the decision --------------------------------------------------------------------------------------------
 def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, now: datetime,
-                blocked: str | None = None) -> StatusDecision:
+                blocked: str | None = None, pending: str | None = None) -> StatusDecision:
     """The TrainJob status the reconciler should store, and what follows from it.
 
     ``jobset`` is the JobSet as the apiserver last returned it (None when it does not exist); ``blocked`` the
-    condition message when an Enforce policy denies the job (``enforcement``; its event is the caller's).
+    condition message when an Enforce policy denies the job (``enforcement``; its event is the caller's);
+    ``pending`` Kueue's reason for not admitting the job's Workload (``quota.pending_message``).
     """
     status = copy.deepcopy(dict(TrainJob(trainjob).status))
     conditions: list[Object] = [dict(c) for c in TrainJob(trainjob).conditions]
@@ -218,12 +247,21 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
     elif is_suspended(trainjob):
         if not condition_true(conditions, SUSPENDED):
             transitions.append(Transition("Normal", REASON_SUSPENDED, MESSAGE_SUSPENDED))
+        message = MESSAGE_SUSPENDED if pending is None else f"{MESSAGE_SUSPENDED}: {pending}"[:MAX_CONDITION_MESSAGE]
+        before = find_condition(conditions, SUSPENDED)
+        if pending is not None and (before is None or before.message != message):
+            transitions.append(Transition("Normal", REASON_WAITING_FOR_KUEUE, pending[:MAX_CONDITION_MESSAGE]))
         set_condition(conditions, {"type": SUSPENDED, "status": "True", "reason": REASON_SUSPENDED,
-                                   "message": MESSAGE_SUSPENDED}, now)
+                                   "message": message}, now)
     elif condition_true(conditions, SUSPENDED):
         transitions.append(Transition("Normal", REASON_RESUMED, MESSAGE_RESUMED))
-        set_condition(conditions, {"type": SUSPENDED, "status": "False", "reason": REASON_RESUMED,
-                                   "message": MESSAGE_RESUMED}, now)
+        conditions = _without(conditions, SUSPENDED)
+        status[LAST_RESUME_TIME] = format_time(now)
+    elif (stale := find_condition(conditions, SUSPENDED)) is not None:
+        # Suspended=False from upstream's controller or an earlier trainguard: its time is the last resume.
+        if not TrainJob(trainjob).last_resume_time and stale.last_transition_time:
+            status[LAST_RESUME_TIME] = stale.last_transition_time
+        conditions = _without(conditions, SUSPENDED)
 
     # Complete/Failed and jobsStatus from the JobSet. A finished job keeps its terminal condition even if the
     # JobSet now says otherwise or is gone (terminal means terminal).
@@ -272,7 +310,24 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
         requeue_after=requeue_after,
         transitions=tuple(transitions),
         state=STATE_BLOCKED if blocked is not None else job_state({**trainjob, "status": status}, jobset),
+        size=job_size(jobset) if jobset is not None else {},
     )
+
+
+def job_size(jobset: Mapping[str, Any]) -> dict[str, str]:
+    """The Nodes and GPUs labels from the JobSet as built: the trainer's pods (Jobs x parallelism), and the GPUs of
+    every pod (a pod asks for the larger of its containers' sum and its largest init container, as the scheduler
+    counts)."""
+    trainers = set(_trainer_jobs(jobset))
+    nodes = gpus = 0
+    for job in JobSet(jobset).replicated_jobs:
+        pods = job.replicas * (job.parallelism if job.parallelism is not None else 1)
+        per_pod = max(sum(gpu_count(c.resources) for c in job.containers()),
+                      max((gpu_count(c.resources) for c in job.containers(init=True)), default=0))
+        gpus += pods * per_pod
+        if job.name in trainers:
+            nodes += pods
+    return {NODES_LABEL: str(nodes), GPUS_LABEL: str(gpus)}
 
 
 def job_state(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> str:

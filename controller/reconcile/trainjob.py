@@ -234,7 +234,8 @@ class TrainJobReconciler:
 
         jobset = applied_jobset or self._caches.jobsets.get(name, namespace)
         decision = st.next_status(trainjob, jobset, self._now(),
-                                  blocked=enforcement.event_message(blocked) if blocked is not None else None)
+                                  blocked=enforcement.event_message(blocked) if blocked is not None else None,
+                                  pending=self._pending(trainjob))
         if decision.delete_jobset and jobset is not None:
             try:
                 await self._kube.delete(JOBSETS, name, namespace, propagation="Background")
@@ -244,7 +245,7 @@ class TrainJobReconciler:
             # Deleted while we reconciled (our cache was behind): nothing to report on and nothing to retry;
             # whatever was applied above carries its ownerReference and is garbage-collected.
             return Result()
-        await self._write_state(trainjob, decision.state)
+        await self._write_state(trainjob, decision.state, decision.size)
         await self._emit(trainjob, decision)
         # Not retried: a TrainJobPolicy or Namespace change requeues every unfinished job (see ``controller``).
         await self._note_denial(trainjob, check, running=blocked is None)
@@ -280,6 +281,13 @@ class TrainJobReconciler:
             await self._events.record(trainjob, "Warning", enforcement.REASON_POLICY_VIOLATION,
                                       _truncate(enforcement.audit_event_message(finding)))
             noted.add(finding)
+
+    def _pending(self, trainjob: Object) -> str | None:
+        """Kueue's reason for holding a suspended job, from its Workloads as cached (None without Kueue)."""
+        index = self._caches.workloads
+        if index is None or not st.is_suspended(trainjob):
+            return None
+        return quota.pending_message(index.of(TrainJob(trainjob).metadata.uid))
 
     async def _sync_workloads(self, trainjob: Object, *, blocked: bool) -> None:
         """Deactivate the Kueue Workloads of a blocked job, reactivate the ones this controller deactivated once
@@ -444,10 +452,10 @@ class TrainJobReconciler:
     # ---- status -------------------------------------------------------------------------------------------
     async def _write_status(self, trainjob: Object, decision: st.StatusDecision) -> bool:
         """Patch the status if it changed; False when the TrainJob no longer exists."""
-        if not decision.changed(trainjob) or not decision.status:
+        if not decision.changed(trainjob):
             return True
         meta = TrainJob(trainjob).metadata
-        patch = {"metadata": {"resourceVersion": meta.resource_version}, "status": decision.status}
+        patch = {"metadata": {"resourceVersion": meta.resource_version}, "status": decision.merge_patch(trainjob)}
         try:
             await self._kube.merge_patch(TRAINJOBS, meta.name, patch, meta.namespace, subresource="status",
                                          field_manager=FIELD_MANAGER)
@@ -458,12 +466,14 @@ class TrainJobReconciler:
             raise ReconcileError("StaleTrainJob", f"status computed from a stale TrainJob: {err.message}") from err
         return True
 
-    async def _write_state(self, trainjob: Object, state: str) -> None:
+    async def _write_state(self, trainjob: Object, state: str, size: Mapping[str, str] | None = None) -> None:
+        """The state label, and the Nodes / GPUs labels when known: one patch, only of what differs."""
         meta = TrainJob(trainjob).metadata
-        if meta.labels.get(st.STATE_LABEL) == state:
+        labels = {k: v for k, v in {st.STATE_LABEL: state, **(size or {})}.items() if meta.labels.get(k) != v}
+        if not labels:
             return
         try:
-            await self._kube.merge_patch(TRAINJOBS, meta.name, {"metadata": {"labels": {st.STATE_LABEL: state}}},
+            await self._kube.merge_patch(TRAINJOBS, meta.name, {"metadata": {"labels": labels}},
                                          meta.namespace, field_manager=FIELD_MANAGER)
         except NotFound:
             pass

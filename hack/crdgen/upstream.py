@@ -77,8 +77,10 @@ def upstream_crds(source: Path) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Addition:
-    """One deliberate change to an upstream CRD: an item inserted into the list at ``path`` (dotted keys from the
-    document root; ``versions`` is the single served version) before the item named ``before`` (else at the end)."""
+    """One deliberate change to an upstream CRD at ``path`` (dotted keys from the document root; ``versions`` is the
+    single served version). At a list: ``item`` replaces the item named ``replaces``, else it is inserted before
+    the item named ``before`` (else at the end). With ``key``, ``path`` is a schema's ``properties`` and ``item``
+    becomes the new property ``key``. Each refuses what upstream already has, so a change upstream makes shows."""
 
     name: str
     reason: str
@@ -86,11 +88,24 @@ class Addition:
     path: str
     item: dict[str, Any]
     before: str | None = None
+    replaces: str | None = None
+    key: str | None = None
 
     def apply(self, doc: dict[str, Any]) -> None:
         parent, key = _parent(doc, self.path)
+        if self.key is not None:
+            properties = parent[key]
+            if self.key in properties:
+                raise ValueError(f"addition {self.name}: upstream already has {self.key!r} at {self.path}")
+            properties[self.key] = copy.deepcopy(self.item)
+            return
         items = parent.setdefault(key, [])
         names = [i.get("name") for i in items]
+        if self.replaces is not None:
+            if self.replaces not in names:
+                raise ValueError(f"addition {self.name}: upstream has no {self.replaces!r} at {self.path} to replace")
+            items[names.index(self.replaces)] = copy.deepcopy(self.item)
+            return
         if self.item.get("name") in names:
             raise ValueError(f"addition {self.name}: upstream already has {self.item.get('name')!r} at {self.path}")
         position = names.index(self.before) if self.before in names else len(items)
@@ -99,14 +114,63 @@ class Addition:
 
 ADDITIONS: tuple[Addition, ...] = (
     Addition(
-        name="trainjob-phase-column",
-        reason="`kubectl get trainjobs` shows trainguard's running signal (label trainguard.io/state: Created, "
-               "Running, Suspended, Complete, Failed, Blocked): upstream's State column shows the last condition, "
-               "which stays Suspended after a resume, and a Running condition would make the kubeflow SDK report "
-               "running jobs as Created.",
+        name="trainjob-last-resume-time",
+        reason="trainguard removes the Suspended condition on resume, because the kubeflow SDK 0.5 reads Running "
+               "only from a TrainJob without conditions (upstream keeps Suspended=False and every job Kueue once "
+               "suspended reads as Created); the resume time, from which activeDeadlineSeconds counts, moves here "
+               "from that condition's lastTransitionTime.",
+        file="trainer.kubeflow.org_trainjobs.yaml",
+        path="spec.versions.schema.openAPIV3Schema.properties.status.properties",
+        key="lastResumeTime",
+        item={"description": "lastResumeTime is when the TrainJob was last resumed from suspension (trainguard's "
+                             "addition); activeDeadlineSeconds counts from it, else from creation.",
+              "format": "date-time", "type": "string"},
+    ),
+    Addition(
+        name="trainjob-state-column",
+        reason="upstream's State column shows the type of the last condition, which says Suspended, Complete or "
+               "Failed but never Running; trainguard's State is the label trainguard.io/state the reconciler keeps "
+               "in the SDK's words (Created, Running, Suspended, Complete, Failed, plus Blocked).",
         file="trainer.kubeflow.org_trainjobs.yaml",
         path="spec.versions.additionalPrinterColumns",
-        item={"name": "Phase", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/state"},
+        replaces="State",
+        item={"name": "State", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/state"},
+    ),
+    Addition(
+        name="trainjob-runtime-column",
+        reason="`kubectl get trainjobs` names the runtime each job is built from, the first thing an admin asks "
+               "about a job that a policy denied or a queue holds.",
+        file="trainer.kubeflow.org_trainjobs.yaml",
+        path="spec.versions.additionalPrinterColumns",
+        item={"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
+        before="Age",
+    ),
+    Addition(
+        name="trainjob-nodes-column",
+        reason="`kubectl get trainjobs` shows the trainer nodes of the JobSet as built (the runtime's count when "
+               "the job sets none), from the label trainguard.io/nodes the reconciler keeps.",
+        file="trainer.kubeflow.org_trainjobs.yaml",
+        path="spec.versions.additionalPrinterColumns",
+        item={"name": "Nodes", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/nodes"},
+        before="Age",
+    ),
+    Addition(
+        name="trainjob-gpus-column",
+        reason="`kubectl get trainjobs` shows the GPUs the job's pods request as built (every replicated job, "
+               "runtime template and overrides merged), from the label trainguard.io/gpus the reconciler keeps.",
+        file="trainer.kubeflow.org_trainjobs.yaml",
+        path="spec.versions.additionalPrinterColumns",
+        item={"name": "GPUs", "type": "string", "jsonPath": ".metadata.labels.trainguard\\.io/gpus"},
+        before="Age",
+    ),
+    Addition(
+        name="trainjob-progress-column",
+        reason="`kubectl get trainjobs` shows the progress the trainer reports (upstream's status.trainerStatus), "
+               "which upstream's columns leave out.",
+        file="trainer.kubeflow.org_trainjobs.yaml",
+        path="spec.versions.additionalPrinterColumns",
+        item={"name": "Progress", "type": "integer", "jsonPath": ".status.trainerStatus.progressPercentage",
+              "description": "percent complete, as the trainer reports it"},
         before="Age",
     ),
 )

@@ -166,6 +166,17 @@ def _node_pod_template(jobset: dict[str, Any]) -> dict[str, Any]:
     return rjob["template"]["spec"]["template"]
 
 
+def _sdk(env: Env) -> Any:
+    """The official kubeflow SDK's TrainerClient on this namespace."""
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=env.cluster.kubeconfig, client_configuration=configuration)
+    return TrainerClient(KubernetesBackendConfig(namespace=env.namespace, client_configuration=configuration))
+
+
 def _validator_log(env: Env, name: str) -> list[dict[str, Any]]:
     """trainguard's validating webhook's answers for one TrainJob, from its JSON log lines."""
     out = []
@@ -300,9 +311,10 @@ def test_kueue_admits_a_trainjob_trainguard_queued(kueue_env: Env) -> None:
     assert pod["spec"]["nodeSelector"] == {**POLICY_SELECTOR, FLAVOR_LABEL: "h100"}
     assert pod["metadata"]["labels"][PODSET_LABEL] == "node"
     assert POLICY_TOLERATION in pod["spec"].get("tolerations", [])
-    # The TrainJob went through Suspended -> Resumed.
-    resumed = _condition(env.trainjob(name), "Suspended")
-    assert resumed and resumed["status"] == "False" and resumed["reason"] == "Resumed", resumed
+    # The TrainJob went through Suspended -> resumed: no condition left (so the SDK can read Running), the resume
+    # time stored, and the Resumed event.
+    resumed = env.trainjob(name)
+    assert _condition(resumed, "Suspended") is None and resumed["status"].get("lastResumeTime"), resumed["status"]
 
     # Finishing releases the quota: Kueue marks the Workload Finished.
     env.finish(name)
@@ -326,6 +338,15 @@ def test_quota_queueing_and_preemption(kueue_env: Env) -> None:
         assert not _true(env.workload_of(second), "Admitted")
         js = env.jobset(second)
         assert js is None or js["spec"].get("suspend") is True
+        # Why it waits, where a data scientist looks: Kueue's own reason in the Suspended condition's message and
+        # in a WaitingForKueue event, which the kubeflow SDK's get_job_events() lists.
+        held = wait_for(f"{second} to say why it waits", lambda: (c := _condition(env.trainjob(second), "Suspended"))
+                        and "Kueue has not admitted its Workload" in c["message"] and c, timeout=30)
+        assert held["status"] == "True" and held["reason"] == "Suspended", held
+        assert held["message"].startswith("TrainJob is suspended: ") and "nvidia.com/gpu" in held["message"], held
+        events = wait_for("the SDK to list the WaitingForKueue event", lambda: [
+            e for e in _sdk(env).get_job_events(second) if e.reason == "WaitingForKueue"], timeout=30)
+        assert "insufficient" in events[0].message and "nvidia.com/gpu" in events[0].message, events[0].message
 
         # The first finishes: its quota goes to the second, which Kueue admits and trainguard resumes.
         wait_for(f"{first}'s JobSet", lambda: env.jobset(first), timeout=60)

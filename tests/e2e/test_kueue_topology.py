@@ -144,7 +144,8 @@ def trainjob(name: str, namespace: str, num_nodes: int, gpus: int,
 def setup_objects(namespace: str, queue: str, suffix: str) -> list[dict[str, Any]]:
     runtime = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
-        "metadata": {"name": RUNTIME, "namespace": namespace},
+        # The framework label: the kubeflow SDK refuses a runtime without it.
+        "metadata": {"name": RUNTIME, "namespace": namespace, "labels": {"trainer.kubeflow.org/framework": "torch"}},
         "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [{
             "name": "node",
             "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
@@ -518,3 +519,50 @@ def test_user_multi_layer_slice_constraints_are_left_to_kueue(tas: TasEnv) -> No
         assert sorted(hosts.values()) == [2, 2] and len({env.node_clique[h] for h in hosts}) == 1, hosts
     except AssertionError as e:
         raise AssertionError(f"{e}\n{env.diagnostics()}") from None
+
+
+def _table(env: TasEnv, name: str) -> dict[str, str]:
+    """``kubectl get trainjobs NAME``'s columns, header to value (the CRD's printer columns, printed by kubectl)."""
+    header, row = env.k("get", "trainjobs.trainer.kubeflow.org", name, "-n", env.namespace).stdout.splitlines()
+    return dict(zip(header.split(), row.split()))
+
+
+def test_the_sdk_reads_a_job_kueue_resumed_as_running(tas: TasEnv) -> None:
+    """A data scientist's path with the official kubeflow SDK 0.5 under the Kueue policy (issue 24): ``train()``
+    (no Kueue label: the policy queues it), ``wait_for_job_status({"Running"})`` once Kueue admits and resumes it
+    and its pods run, and ``kubectl get trainjobs`` with one State column, the runtime, nodes and GPUs.
+
+    The SDK reads Running from the pods only when ``status.conditions`` is empty: upstream keeps
+    ``Suspended=False/Resumed`` after the resume, and the SDK says Created for as long as the job runs."""
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import CustomTrainerContainer, TrainerClient
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    env = tas
+    configuration = k8s.Configuration()
+    config.load_kube_config(config_file=env.cluster.kubeconfig, client_configuration=configuration)
+    sdk = TrainerClient(KubernetesBackendConfig(namespace=env.namespace, client_configuration=configuration))
+    name = sdk.train(runtime=sdk.get_runtime(RUNTIME), trainer=CustomTrainerContainer(
+        image=KEEPS_RUNNING_IMAGE, num_nodes=1, resources_per_node={"gpu": GPUS_PER_NODE, "cpu": 8, "memory": "64Gi"}))
+    try:
+        stored = env.get("trainjobs.trainer.kubeflow.org", name)
+        assert stored["metadata"]["labels"][QUEUE_LABEL] == env.queue, "the policy queued the SDK's job"
+        try:
+            job = sdk.wait_for_job_status(name, {"Running"}, timeout=120, polling_interval=1)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}: the SDK reads {sdk.get_job(name).status!r}; stored status "
+                                 f"{env.get('trainjobs.trainer.kubeflow.org', name).get('status')}\n"
+                                 f"{env.diagnostics()}") from None
+        assert job.status == "Running" and job.num_nodes == 1
+        tj = env.get("trainjobs.trainer.kubeflow.org", name)
+        assert _true(env.workload_of(name), "Admitted")
+        assert not tj["status"].get("conditions"), tj["status"]
+        assert tj["status"]["lastResumeTime"], "the resume time activeDeadlineSeconds counts from"
+        assert any(e["reason"] == "Resumed" for e in sdk.get_job_events(name)), "the resume is still an event"
+        columns = wait_for("kubectl's columns", lambda: (c := _table(env, name))["STATE"] == "Running" and c)
+        assert (columns["RUNTIME"], columns["NODES"], columns["GPUS"]) == (RUNTIME, "1", str(GPUS_PER_NODE)), columns
+        assert columns["PROGRESS"] == "<none>", "no trainer reported progress"
+        assert list(columns) == ["NAME", "STATE", "RUNTIME", "NODES", "GPUS", "PROGRESS", "AGE"], columns
+    finally:
+        sdk.delete_job(name)

@@ -452,9 +452,9 @@ def build_corpus(module_dir: Path, scope: dict[str, str]) -> list[Case]:
                     origin="update", **kw)
 
     cases.append(seq("up-suspend-resume", "torch-distributed", {"trainer": {"numNodes": 2}},
-                     {"suspend": True}, {"suspend": False}))
+                     {"suspend": True}, {"suspend": False}, deliberate=("resume-removes-suspended",)))
     cases.append(seq("up-resume", "torch-distributed", {"suspend": True, "trainer": {"numNodes": 2}},
-                     {"suspend": False}))
+                     {"suspend": False}, deliberate=("resume-removes-suspended",)))
     cases.append(seq("up-mpi-suspend", "mlx-distributed", {"trainer": {"numNodes": 2}}, {"suspend": True}))
     cases.append(seq("up-numnodes-running", "torch-distributed", {"trainer": {"numNodes": 2}},
                      {"trainer": {"numNodes": 4}}))
@@ -471,10 +471,10 @@ def build_corpus(module_dir: Path, scope: dict[str, str]) -> list[Case]:
     cases.append(seq("up-patch-suspended", "torch-distributed", {"suspend": True, "runtimePatches": [
         patch("a.io/p", [pod_patch("node", nodeSelector={"a": "1"})])]},
         {"runtimePatches": [patch("a.io/p", [pod_patch("node", nodeSelector={"a": "2"})])]},
-        {"suspend": False}))
+        {"suspend": False}, deliberate=("resume-removes-suspended",)))
     cases.append(seq("up-patch-resume-atomic", "torch-distributed", {"suspend": True},
                      {"suspend": False, "runtimePatches": [patch("kueue.x-k8s.io/manager", [
-                         pod_patch("node", nodeSelector={"zone": "a"})])]}))
+                         pod_patch("node", nodeSelector={"zone": "a"})])]}, deliberate=("resume-removes-suspended",)))
     cases.append(seq("up-patch-add-manager", "torch-distributed", {"suspend": True, "runtimePatches": [
         patch("a.io/p", metadata={"labels": {"a": "1"}})]},
         {"runtimePatches": [patch("a.io/p", metadata={"labels": {"a": "1"}}),
@@ -488,7 +488,7 @@ def build_corpus(module_dir: Path, scope: dict[str, str]) -> list[Case]:
                      {"trainer": {"env": ENV[:1]}}))
     cases.append(seq("up-reapply", "torch-distributed", {"trainer": {"numNodes": 2}}, {}))
     cases.append(seq("up-xgb-suspend-resume", "xgboost-distributed", {"trainer": {"numNodes": 3}},
-                     {"suspend": True}, {"suspend": False}))
+                     {"suspend": True}, {"suspend": False}, deliberate=("resume-removes-suspended",)))
     cases.append(seq("up-cosched-suspend", "rt-cosched", {"trainer": {"numNodes": 2}}, {"suspend": True},
                      kind="TrainingRuntime"))
     # a runtime update: TrainingRuntime validated on CREATE only upstream

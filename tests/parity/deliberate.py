@@ -84,6 +84,14 @@ DELIBERATE: dict[str, tuple[str, str]] = {
         "first checks the CRD's types and limits and denies (403) naming the field and the limit, ... | "
         "`webhook/policy/well_formed.py`, `tests/unit/policy/test_well_formed.py` |",
     ),
+    "resume-removes-suspended": (
+        "the kubeflow SDK 0.5 reads Running only from a TrainJob without conditions; upstream keeps Suspended=False "
+        "after a resume, so every job Kueue once suspended reads as Created while it runs",
+        "| a resumed TrainJob's status | `Suspended=False/Resumed`, whose lastTransitionTime starts "
+        "`activeDeadlineSeconds` | the `Suspended` condition removed and the resume time in `status.lastResumeTime` "
+        "(a CRD addition); ... | `controller/reconcile/status.py`, `tests/unit/reconcile/test_status.py`, "
+        "`tests/e2e/test_kueue_topology.py`, parity case `up-suspend-resume` |",
+    ),
 }
 
 IMPLICIT = ("runtime-snapshot", "value-rendering")
@@ -227,7 +235,41 @@ def _upstream_builds_nothing(up: Reading, tg: Reading) -> tuple[Reading, Reading
     return up, tg
 
 
+def _resume_without_condition(up: Reading, tg: Reading) -> tuple[Reading, Reading]:
+    """Upstream's resumed TrainJob carries Suspended=False/Resumed; trainguard's carries no Suspended condition and a
+    ``status.lastResumeTime`` instead. Both are removed; everything else of the status must match."""
+    up, tg = copy.deepcopy(up), copy.deepcopy(tg)
+    found = False
+    for key, theirs in up["objects"].items():
+        ours = tg["objects"].get(key)
+        if not key.startswith("TrainJob/") or ours is None:
+            continue
+        their_status, our_status = theirs.get("status") or {}, ours.get("status") or {}
+        resumed = [c for c in their_status.get("conditions") or [] if c.get("type") == "Suspended"
+                   and (c.get("status"), c.get("reason"), c.get("message")) == ("False", "Resumed", "TrainJob is resumed")]
+        if not resumed:
+            continue
+        if any(c.get("type") == "Suspended" for c in our_status.get("conditions") or []):
+            raise NotThisDifference(f"{key}: trainguard kept a Suspended condition after the resume")
+        if "lastResumeTime" not in our_status:
+            raise NotThisDifference(f"{key}: trainguard stored no lastResumeTime for the resume")
+        their_status["conditions"] = [c for c in their_status["conditions"] if c not in resumed]
+        if not their_status["conditions"]:
+            del their_status["conditions"]
+        del our_status["lastResumeTime"]
+        for obj, status in ((theirs, their_status), (ours, our_status)):
+            if status:
+                obj["status"] = status
+            else:
+                obj.pop("status", None)
+        found = True
+    if not found:
+        raise NotThisDifference("no TrainJob that upstream reports Suspended=False/Resumed")
+    return up, tg
+
+
 ACCEPT: dict[str, Callable[[Reading, Reading], tuple[Reading, Reading]]] = {
+    "resume-removes-suspended": _resume_without_condition,
     "runtime-snapshot": _snapshot,
     "runtimepatch-missing-target": _trainguard_denies(("TrainJob",), ("create", "update1", "update2"),
                                                       "spec.runtimePatches"),

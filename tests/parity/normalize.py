@@ -3,8 +3,8 @@
 Removed everywhere: server-assigned metadata (uid, resourceVersion, generation, creationTimestamp, managedFields,
 selfLink), kubectl's last-applied annotation, ownerReference uids, timestamps (any RFC 3339 string becomes
 ``<time>``), the session's namespace and test-scope label value, and trainguard's own documented bookkeeping labels
-and annotations (``trainguard.io/state``, ``trainguard.io/policy-effects``, ``trainguard.io/scheduler-name``), which
-upstream has no equivalent of. Secrets are compared by type and key set (their values are random key material on
+and annotations (``trainguard.io/state``, ``trainguard.io/nodes``, ``trainguard.io/gpus``,
+``trainguard.io/policy-effects``, ``trainguard.io/scheduler-name``), which upstream has no equivalent of. Secrets are compared by type and key set (their values are random key material on
 both sides). A zero Go struct that upstream stores as ``{}`` (pod template ``metadata``, container ``resources``,
 a claim template's ``status``) equals an absent one. Container env is compared by name (upstream's own order varies
 from one manager start to the next, see ``_env_by_name``). Nothing else is touched: other lists' order, defaults and
@@ -22,8 +22,8 @@ _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d
 METADATA_NOISE = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
 ANNOTATION_NOISE = ("kubectl.kubernetes.io/last-applied-configuration",)
 # trainguard's documented bookkeeping (README "running signal" and policy-effects rows; the test registration's scope)
-TRAINGUARD_KEYS = ("trainguard.io/state", "trainguard.io/policy-effects", "trainguard.io/scheduler-name",
-                   "trainguard.io/test-scope")
+TRAINGUARD_KEYS = ("trainguard.io/state", "trainguard.io/nodes", "trainguard.io/gpus", "trainguard.io/policy-effects",
+                   "trainguard.io/scheduler-name", "trainguard.io/test-scope")
 
 
 # Go marshals a zero non-pointer struct as {} where trainguard omits the key; a client decodes both to the same

@@ -105,3 +105,5 @@ ANNOTATION_SCHEDULER_NAME = "trainguard.io/scheduler-name"  # written by policy,
 ANNOTATION_POLICY_EFFECTS = "trainguard.io/policy-effects"  # on the JobSet: what the build applied for policy
 ANNOTATION_DATASET_CACHE = "trainguard.io/dataset-cache"  # TrainJob opt-in to a DatasetCache by name
 LABEL_STATE = "trainguard.io/state"  # Created | Running | Suspended | Blocked | Complete | Failed, kept by the reconciler
+LABEL_NODES = "trainguard.io/nodes"  # trainer pods of the JobSet as built, kept by the reconciler (a printer column)
+LABEL_GPUS = "trainguard.io/gpus"  # GPUs every pod of the JobSet requests, kept by the reconciler (a printer column)

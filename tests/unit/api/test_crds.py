@@ -60,9 +60,14 @@ def test_size_allows_server_side_apply(name):
 
 def test_trainjob_columns_status_and_root_rules():
     version = load("trainer.kubeflow.org_trainjobs.yaml")["spec"]["versions"][0]
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Phase", "Age"]
-    assert version["additionalPrinterColumns"][1]["jsonPath"] == ".metadata.labels.trainguard\\.io/state"
-    assert version["additionalPrinterColumns"][0]["jsonPath"] == ".status.conditions[-1:].type"
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["State", "Runtime", "Nodes", "GPUs", "Progress", "Age"]
+    assert columns["State"] == ".metadata.labels.trainguard\\.io/state", "one state column, in the SDK's words"
+    assert columns["Nodes"] == ".metadata.labels.trainguard\\.io/nodes"
+    assert columns["GPUs"] == ".metadata.labels.trainguard\\.io/gpus"
+    assert columns["Progress"] == ".status.trainerStatus.progressPercentage"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["lastResumeTime"] == {**status["lastResumeTime"], "type": "string", "format": "date-time"}
     assert version["subresources"] == {"status": {}}
     messages = [r["message"] for r in version["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]]
     assert messages == ["metadata.name must match RFC 1035 DNS label format",

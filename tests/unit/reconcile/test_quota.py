@@ -67,7 +67,8 @@ def test_the_cached_workload_keeps_only_what_is_read() -> None:
     wl = workload(active=False, annotations=OURS, conditions=ADMITTED)
     view = quota.workload_view(wl)
     assert view["spec"] == {"active": False}
-    assert view["status"] == {"conditions": [{"type": "QuotaReserved", "status": "True"},
+    assert view["status"] == {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                                              "message": "x"},
                                              {"type": "Admitted", "status": "True"}]}
     assert "managedFields" not in view["metadata"] and view["metadata"]["annotations"] == OURS
     assert view["metadata"]["labels"] == {quota.JOB_UID_LABEL: "uid-1"}
@@ -193,3 +194,28 @@ async def test_a_policy_change_is_seen_by_the_workload_too() -> None:
         wl = workload(active=_expected, annotations=None if _expected else OURS)
         cache.objs[("ns", name)] = wl
         r._caches.workloads.update("MODIFIED", wl)
+
+
+PENDING = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+            "message": "couldn't assign flavors to pod set node: insufficient quota for nvidia.com/gpu in flavor h100, "
+                       "request > maximum capacity (64 > 48)"}]
+
+
+@pytest.mark.parametrize(("workloads", "expected"), [
+    ([workload(conditions=PENDING)],
+     "Kueue has not admitted its Workload trainjob-job-1a2b3 (Pending): couldn't assign flavors to pod set node: "
+     "insufficient quota for nvidia.com/gpu in flavor h100, request > maximum capacity (64 > 48)"),
+    ([workload(conditions=ADMITTED)], None),
+    ([workload(conditions=[{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": ""}])], None),
+    ([workload(active=False, annotations=OURS, conditions=PENDING)], None),  # deactivated: the policy's reason
+    ([workload(conditions=FINISHED + PENDING)], None),
+    ([], None),
+], ids=["pending", "admitted", "no message", "deactivated", "finished", "no workload"])
+def test_kueues_reason_for_holding_a_job(workloads, expected) -> None:
+    assert quota.pending_message([quota.workload_view(w) for w in workloads]) == expected
+
+
+def test_a_huge_kueue_message_is_cut_in_the_cache() -> None:
+    wl = workload(conditions=[{**PENDING[0], "message": "x" * 100_000}])
+    (reserved,) = quota.workload_view(wl)["status"]["conditions"]
+    assert len(reserved["message"]) == quota.MAX_PENDING_MESSAGE

@@ -61,9 +61,14 @@ CASES = [
     ("suspend sets Suspended=True",
      trainjob(suspend=True), jobset(suspend=True),
      {"Suspended": ("True", "Suspended", "TrainJob is suspended")}),
-    ("resume flips Suspended to False/Resumed",
+    ("resume removes Suspended (upstream: False/Resumed; the SDK reads Running only without conditions)",
      trainjob(suspend=False, conditions=[cond("Suspended", "True", "Suspended", "TrainJob is suspended")]),
-     jobset(), {"Suspended": ("False", "Resumed", "TrainJob is resumed")}),
+     jobset(), {}),
+    ("a stored Suspended=False/Resumed (upstream's, an earlier trainguard's) is removed",
+     trainjob(conditions=[cond("Suspended", "False", "Resumed", "TrainJob is resumed")]), jobset(), {}),
+    ("resume keeps the other conditions",
+     trainjob(conditions=[cond("Suspended", "True", "Suspended"), cond("Failed", "False", "FailedJobs")]),
+     jobset(), {"Failed": ("False", "FailedJobs", "")}),
     ("JobSet Completed is copied as Complete with reason and message",
      trainjob(), jobset(conditions=[cond("Completed", "True", "AllJobsCompleted", "jobset completed successfully")]),
      {"Complete": ("True", "AllJobsCompleted", "jobset completed successfully")}),
@@ -99,13 +104,30 @@ def test_copied_condition_keeps_jobset_transition_time() -> None:
     assert complete["lastTransitionTime"] == st.format_time(at(42))
 
 
-def test_resumed_transition_time_is_now_and_unchanged_on_next_reconcile() -> None:
+def test_resume_time_is_now_and_unchanged_on_next_reconcile() -> None:
     job = trainjob(suspend=False, conditions=[cond("Suspended", "True", "Suspended", "TrainJob is suspended")])
     first = st.next_status(job, jobset(), at(10))
-    assert first.status["conditions"][0]["lastTransitionTime"] == st.format_time(at(10))
+    assert first.status["lastResumeTime"] == st.format_time(at(10))
+    assert "conditions" not in first.status
     again = st.next_status({**job, "status": first.status}, jobset(), at(20))
-    assert again.status["conditions"][0]["lastTransitionTime"] == st.format_time(at(10))
+    assert again.status["lastResumeTime"] == st.format_time(at(10))
     assert not again.changed({**job, "status": first.status}), "no write when nothing changed"
+
+
+def test_a_stored_resume_condition_becomes_the_resume_time() -> None:
+    job = trainjob(conditions=[cond("Suspended", "False", "Resumed", "TrainJob is resumed", time=at(7))])
+    decision = st.next_status(job, jobset(), at(30))
+    assert decision.status["lastResumeTime"] == st.format_time(at(7))
+    assert decision.transitions == (), "migrating is not a resume: no second Resumed event"
+
+
+def test_suspending_again_keeps_the_resume_time_and_the_next_resume_moves_it() -> None:
+    resumed = trainjob(suspend=True)
+    resumed["status"] = {"lastResumeTime": st.format_time(at(10))}
+    suspended = st.next_status(resumed, jobset(suspend=True), at(20))
+    assert types(suspended)["Suspended"][0] == "True"
+    again = st.next_status({**trainjob(), "status": suspended.status}, jobset(), at(40))
+    assert again.status["lastResumeTime"] == st.format_time(at(40)) and "conditions" not in again.status
 
 
 def test_jobs_status_copied_with_every_count() -> None:
@@ -149,9 +171,16 @@ def test_deadline_counts_from_creation_when_never_resumed() -> None:
 
 
 def test_deadline_counts_from_last_resume() -> None:
+    job = trainjob(deadline=60)
+    job["status"]["lastResumeTime"] = st.format_time(at(1000))
+    assert st.deadline(job) == at(1060)
+    assert st.next_status(job, jobset(), at(1030)).requeue_after == pytest.approx(30)
+
+
+def test_deadline_of_a_job_resumed_by_upstream_counts_from_that_resume() -> None:
+    """A job resumed under upstream's controller (or an earlier trainguard) keeps its deadline across the move."""
     job = trainjob(deadline=60, conditions=[cond("Suspended", "False", "Resumed", "TrainJob is resumed",
                                                  time=at(1000))])
-    assert st.deadline(job) == at(1060)
     assert st.next_status(job, jobset(), at(1030)).requeue_after == pytest.approx(30)
 
 
@@ -199,8 +228,8 @@ STATES = [
      trainjob(), jobset(rjobs=[{"name": "dataset-initializer", "ready": 1}],
                         replicated=[("dataset-initializer", "dataset-initializer"), ("node", "trainer")]),
      "Created"),
-    ("resumed and ready (SDK says Created here; the label says Running)",
-     trainjob(conditions=[cond("Suspended", "False", "Resumed")]),
+    ("resumed and ready",
+     trainjob(conditions=[cond("Suspended", "True", "Suspended")]),
      jobset(rjobs=[{"name": "node", "ready": 1}]), "Running"),
     ("suspended", trainjob(suspend=True), jobset(suspend=True), "Suspended"),
     ("complete", trainjob(), jobset(conditions=[cond("Completed", "True", "AllJobsCompleted")]), "Complete"),
@@ -225,3 +254,66 @@ def test_unsupported_runtime_sets_failed_once() -> None:
     assert types(decision)["Failed"] == ("True", "TrainingRuntimeNotSupported", "unsupported runtime: example.com/Other/x")
     again = st.unsupported_runtime({**trainjob(), "status": decision.status}, "example.com/Other/x", at(2))
     assert again.transitions == ()
+
+
+# ---- the Nodes and GPUs columns --------------------------------------------------------------------------------
+def sized_jobset(*jobs: tuple[str, str, int, int | None, list[dict], list[dict]]) -> dict[str, Any]:
+    """(name, ancestor step, replicas, parallelism, containers, initContainers) per replicatedJob."""
+    rjobs = []
+    for name, step, replicas, parallelism, containers, init in jobs:
+        spec: dict[str, Any] = {"template": {"spec": {"containers": containers, "initContainers": init}}}
+        if parallelism is not None:
+            spec["parallelism"] = parallelism
+        rjobs.append({"name": name, "replicas": replicas,
+                      "template": {"metadata": {"labels": {st.ANCESTOR_LABEL: step}}, "spec": spec}})
+    return {"metadata": {"name": "j", "namespace": "n"}, "spec": {"replicatedJobs": rjobs}, "status": {}}
+
+
+def gpu(n: int | str, key: str = "limits") -> dict[str, Any]:
+    return {"name": "c", "resources": {key: {"nvidia.com/gpu": n}}}
+
+
+@pytest.mark.parametrize("js, nodes, gpus", [
+    (sized_jobset(("node", "trainer", 1, 4, [gpu(8)], [])), "4", "32"),
+    (sized_jobset(("dataset-initializer", "dataset-initializer", 1, None, [{"name": "i"}], []),
+                  ("node", "trainer", 1, 2, [gpu(4, "requests")], [])), "2", "8"),
+    (sized_jobset(("launcher", "launcher", 1, 1, [{"name": "l"}], []),
+                  ("node", "trainer", 1, 3, [gpu(1)], [])), "3", "3"),
+    (sized_jobset(("node", "trainer", 2, 2, [gpu(1), gpu(2)], [gpu(8)])), "4", "32"),
+    (sized_jobset(("node", "trainer", 1, None, [{"name": "cpu-only"}], [])), "1", "0"),
+], ids=["torch 4x8", "initializer without GPUs", "MPI launcher", "init container larger than the sum", "CPU job"])
+def test_job_size_is_read_off_the_jobset_as_built(js: dict, nodes: str, gpus: str) -> None:
+    decision = st.next_status(trainjob(), js, at(1))
+    assert decision.size == {st.NODES_LABEL: nodes, st.GPUS_LABEL: gpus}
+
+
+def test_no_jobset_no_size_labels() -> None:
+    """A finished job whose JobSet is gone keeps the labels it had: nothing is written for them."""
+    assert st.next_status(trainjob(conditions=[cond("Complete", "True", "AllJobsCompleted")]), None, at(1)).size == {}
+
+
+# ---- why the job waits (Kueue) -----------------------------------------------------------------------------
+WAITING = "Kueue has not admitted its Workload w (Pending): insufficient quota for nvidia.com/gpu"
+
+
+def test_kueues_reason_is_in_the_suspended_condition_and_one_event_per_reason() -> None:
+    job = trainjob(suspend=True)
+    first = st.next_status(job, jobset(suspend=True), at(1), pending=WAITING)
+    assert types(first)["Suspended"] == ("True", "Suspended", f"TrainJob is suspended: {WAITING}")
+    assert [(t.reason, t.message) for t in first.transitions] == [("Suspended", "TrainJob is suspended"),
+                                                                  ("WaitingForKueue", WAITING)]
+    again = st.next_status({**job, "status": first.status}, jobset(suspend=True), at(2), pending=WAITING)
+    assert again.transitions == () and not again.changed({**job, "status": first.status})
+    moved = st.next_status({**job, "status": first.status}, jobset(suspend=True), at(3), pending=WAITING + ", 8 more")
+    assert [t.reason for t in moved.transitions] == ["WaitingForKueue"]
+    admitted = st.next_status({**job, "status": moved.status}, jobset(suspend=True), at(4))
+    assert types(admitted)["Suspended"] == ("True", "Suspended", "TrainJob is suspended") and not admitted.transitions
+
+
+def test_the_merge_patch_deletes_what_the_new_status_drops() -> None:
+    """A merge patch that leaves ``conditions`` out keeps them as stored: the resume must send null."""
+    job = trainjob(conditions=[cond("Suspended", "True", "Suspended", "TrainJob is suspended")])
+    decision = st.next_status(job, jobset(), at(10))
+    assert decision.merge_patch(job) == {"conditions": None, "lastResumeTime": st.format_time(at(10))}
+    same = trainjob(conditions=[cond("Complete", "True", "AllJobsCompleted")])
+    assert "conditions" in st.next_status(same, None, at(1)).merge_patch(same)

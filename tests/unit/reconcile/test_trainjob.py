@@ -138,7 +138,9 @@ async def test_new_job_snapshots_runtime_then_applies_jobset_and_labels_state() 
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
     assert ("Normal", "Created", "Created JobSet ns/job") in events.events
     label_patch = [c for c in kube.calls if c[0] == "patch" and c[3] is None]
-    assert label_patch[0][4] == {"metadata": {"labels": {st.STATE_LABEL: "Created"}}}
+    # One patch: the state and the size of the JobSet just built (kubectl's STATE, NODES and GPUS columns).
+    assert [c[4] for c in label_patch] == [{"metadata": {"labels": {
+        st.STATE_LABEL: "Created", st.NODES_LABEL: "2", st.GPUS_LABEL: "0"}}}]
     assert not [c for c in kube.calls if c[0] == "patch" and c[3] == "status"], "empty status is not written"
 
 
@@ -297,3 +299,17 @@ async def test_trainjob_deleted_during_its_reconcile_is_done_not_an_error() -> N
     assert result.requeue_after is None
     assert [c[3] for c in kube.calls if c[0] == "patch"] == ["status"]  # the write that found it gone, no more
     assert [e for e in events.events if e[1] != "Created"] == []
+
+
+async def test_size_labels_are_written_back_when_a_user_edits_them_and_not_rewritten_otherwise() -> None:
+    """The NODES and GPUS columns are for reading: an edited label is set back, an unchanged one costs no write."""
+    edited = trainjob(labels={st.STATE_LABEL: "Created", st.NODES_LABEL: "64", st.GPUS_LABEL: "0"})
+    r, kube, _ = reconciler(edited, rt=runtime())
+    await r.reconcile("ns", "job")
+    assert [c[4] for c in kube.calls if c[0] == "patch" and c[3] is None] == [
+        {"metadata": {"labels": {st.NODES_LABEL: "2"}}}]
+
+    settled = trainjob(labels={st.STATE_LABEL: "Created", st.NODES_LABEL: "2", st.GPUS_LABEL: "0"})
+    r, kube, _ = reconciler(settled, rt=runtime())
+    await r.reconcile("ns", "job")
+    assert not [c for c in kube.calls if c[0] == "patch" and c[3] is None]

@@ -130,6 +130,12 @@ class TrainJob(KubeObject):
         return _list(_at2(self.raw, "status", "conditions"))
 
     @property
+    def last_resume_time(self) -> str | None:
+        """``status.lastResumeTime`` (trainguard's): when the job was last resumed from suspension."""
+        value = _at2(self.raw, "status", "lastResumeTime")
+        return value if isinstance(value, str) else None
+
+    @property
     def jobs_status(self) -> list[Mapping[str, Any]]:
         """``status.jobsStatus`` (per replicated job counts; on a MultiKueue manager, copied from the worker)."""
         return _list(_at2(self.raw, "status", "jobsStatus"))
