@@ -110,7 +110,8 @@ def trainjob_manifest(name: str, namespace: str, gpus_per_node: int, labels: dic
 def setup_objects(namespace: str, queue: str, suffix: str) -> list[dict[str, Any]]:
     runtime = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
-        "metadata": {"name": "torch-kueue", "namespace": namespace},
+        # The framework label: the kubeflow SDK refuses a runtime without it.
+        "metadata": {"name": "torch-kueue", "namespace": namespace, "labels": {"trainer.kubeflow.org/framework": "torch"}},
         "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [{
             "name": "node",
             "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
