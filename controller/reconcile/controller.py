@@ -5,7 +5,10 @@ Event handlers only turn a watch event into a queue key (they never block):
   -> their controlling TrainJob owner; a runtime snapshot (``--snapshot-namespace``) -> itself: a snapshot whose
   TrainJob is gone is deleted, and the initial list makes this the orphan sweep at every start;
 * TrainJobPolicy, or a Namespace's labels -> every unfinished TrainJob (in that namespace): it may be blocked or
-  allowed now, or warned about while it runs (``enforcement``); a Kueue Workload -> its controlling TrainJob (a
+  allowed now, or warned about while it runs (``enforcement``); not for the controller's own status write (same
+  generation, labels and annotations). A TrainJobPolicy also -> itself, and a TrainJob whose per-policy results
+  changed (or that finished or was deleted) -> the policies concerned, for their status, coalesced and at most one
+  write per policy per ``--policy-status-interval`` (``policy_status``); a Kueue Workload -> its controlling TrainJob (a
   blocked job's Workload is deactivated once Kueue creates it, ``quota``);
 * TrainingRuntime / ClusterTrainingRuntime -> the unfinished TrainJobs that reference it (a runtime created after
   its jobs unblocks them at once instead of at the next backoff);
@@ -37,6 +40,7 @@ from trainguard.controller.reconcile.quota import JOB_UID_LABEL, WorkloadIndex, 
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
+from trainguard.controller.reconcile.policy_status import PolicyStatusReconciler, PolicyTally, only_status_changed
 from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
 from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.webhook.api.constants import (
@@ -45,9 +49,12 @@ from trainguard.webhook.api.constants import (
     TRAINER_GROUP,
     TRAINING_RUNTIME_KIND,
     TRAINJOB_KIND,
+    TRAINJOB_POLICY_KIND,
 )
 from trainguard.webhook.api.views import KubeObject, TrainJob, object_labels
-from trainguard.controller.reconcile.trainjob import ReconcileError, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime
+from trainguard.controller.reconcile.trainjob import (
+    ReconcileError, Result, TrainJobCaches, TrainJobReconciler, trainjobs_using_runtime,
+)
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import ApiError, NotFound
 from trainguard.webhook.kube.informer import CacheEvent, Informer, object_key, strip_managed_fields
@@ -76,6 +83,7 @@ log = logging.getLogger(__name__)
 
 TRAINJOB = TRAINJOB_KIND
 DATASET_CACHE = DATASET_CACHE_KIND
+TRAINJOB_POLICY = TRAINJOB_POLICY_KIND
 RUNTIME_SNAPSHOT = "RuntimeSnapshot"
 # What the Enforce check reads; runtimes and DatasetCaches come from the reconciler's own caches. Not JobSets: the
 # check never reads them, and a field that changes with every reconcile made each reconcile rebuild the snapshot's
@@ -119,6 +127,8 @@ class Settings:
     # What DatasetCaches may ask for their agents, and the agents' CPU and memory (the admin's flags).
     dataset_cache_agents: DatasetCacheAgents = field(default_factory=DatasetCacheAgents)
     cache_agent_resources: AgentResources = field(default_factory=AgentResources)
+    # At most one status write per TrainJobPolicy per this many seconds (a burst of TrainJob events is coalesced).
+    policy_status_interval: float = 2.0
 
 
 class Controller:
@@ -167,6 +177,10 @@ class Controller:
         self._required = self._informers[: len(self._informers) - len(self.podgroups) - 1]
 
         events = EventRecorder(kube, identity)
+        self.policy_status = PolicyStatusReconciler(
+            kube, self.policies, PolicyTally(),
+            lambda name, delay: self.queue.add_after((TRAINJOB_POLICY, "", name), delay),
+            interval=settings.policy_status_interval)
         self.trainjob_reconciler = TrainJobReconciler(
             kube,
             TrainJobCaches(
@@ -180,6 +194,7 @@ class Controller:
             events,
             snapshot_namespace=settings.snapshot_namespace,
             scope=settings.namespace,
+            policy_results=self.policy_status,
         )
         self.cache_reconciler = DatasetCacheReconciler(
             kube, self.dataset_caches, self.daemonsets, self.agent_pods, events,
@@ -205,6 +220,7 @@ class Controller:
                 uid = TrainJob(ev.obj).metadata.uid
                 if uid:
                     add((RUNTIME_SNAPSHOT, snapshot_namespace, snapshot_name(uid)))
+                    self.policy_status.forget(uid)
 
         self.trainjobs.add_handler(trainjob_changed)
 
@@ -228,6 +244,9 @@ class Controller:
             inf.add_handler(owned)
 
         def policy_changed(ev: CacheEvent) -> None:
+            self.policy_status.mark([object_key(ev.obj)[1]])
+            if ev.type == "MODIFIED" and only_status_changed(ev.old, ev.obj):
+                return
             for ns, name in rechecked_trainjobs(self.trainjobs.items()):
                 add((TRAINJOB, ns, name))
 
@@ -300,6 +319,7 @@ class Controller:
         from the initial lists."""
         if self.queue.shutting_down:
             self.queue = WorkQueue()
+            self.policy_status.reset()
             self.requeue_all()
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}"))
@@ -332,6 +352,8 @@ class Controller:
             self._add((DATASET_CACHE, ns, name))
         for ns, name in self.snapshots.keys():
             self._add((RUNTIME_SNAPSHOT, ns, name))
+        for _, name in self.policies.keys():
+            self._add((TRAINJOB_POLICY, "", name))
 
     def observe_queue(self) -> None:
         self.metrics.queue_depth.set(len(self.queue))
@@ -358,6 +380,9 @@ class Controller:
                 result = await self.trainjob_reconciler.reconcile(namespace, name)
             elif kind == RUNTIME_SNAPSHOT:
                 result = await self.trainjob_reconciler.collect_snapshot(name)
+            elif kind == TRAINJOB_POLICY:
+                await self.policy_status.reconcile(name)
+                result = Result()
             else:
                 result = await self.cache_reconciler.reconcile(namespace, name)
             self.queue.forget(key)

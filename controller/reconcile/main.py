@@ -66,6 +66,8 @@ def configure(parser: argparse.ArgumentParser) -> Run:
     parser.add_argument("--snapshot-namespace", default=None,
                         help="namespace where runtime snapshots are kept; users must not be able to write there "
                              "(default: $POD_NAMESPACE, else --leader-elect-namespace, else trainguard-system)")
+    parser.add_argument("--policy-status-interval", type=float, default=2.0, metavar="SECONDS",
+                        help="at most one status write per TrainJobPolicy per this many seconds (default %(default)s)")
     parser.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
                         help="seconds in-flight reconciles may take to finish on SIGTERM before they are cancelled")
     parser.add_argument("--log-level", default="INFO")
@@ -125,6 +127,7 @@ async def serve_controller(args: argparse.Namespace) -> int:
         Settings(workers=args.workers, namespace=args.namespace, cache_agent_image=args.cache_agent_image,
                  watch_podgroups=not args.no_podgroups, dataset_cache_sources=sources,
                  dataset_cache_agents=agents, cache_agent_resources=resources,
+                 policy_status_interval=args.policy_status_interval,
                  snapshot_namespace=(args.snapshot_namespace or os.environ.get("POD_NAMESPACE")
                                      or args.leader_elect_namespace or "trainguard-system")),
         metrics,

@@ -53,7 +53,7 @@ from trainguard.webhook.api.views import KubeObject, TrainJob
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from trainguard.webhook.kube.resources import CONFIGMAPS, JOBSETS, SECRETS, TRAINJOBS, WORKLOADS, resource_for
-from trainguard.webhook.policy.pipeline import AuditFinding
+from trainguard.webhook.policy.pipeline import AuditFinding, PolicyResult
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 from trainguard.webhook.runtime import (
     BuildError,
@@ -155,6 +155,15 @@ class PolicyCheck:
     allowed: bool | None = None
     message: str | None = None
     audit: tuple[AuditFinding, ...] = ()  # what the Audit policies found, for ``PolicyViolation`` events
+    results: tuple[PolicyResult, ...] = ()  # each matching policy's result, for the TrainJobPolicy status counts
+
+
+class PolicyResults(Protocol):
+    """Where each evaluated job's per-policy results go (``policy_status.PolicyStatusReconciler``)."""
+
+    def record(self, uid: str, results: tuple[PolicyResult, ...]) -> None: ...
+
+    def forget(self, uid: str) -> None: ...
 
 
 class TrainJobReconciler:
@@ -167,10 +176,12 @@ class TrainJobReconciler:
         snapshot_namespace: str,
         scope: str | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        policy_results: PolicyResults | None = None,
     ) -> None:
         self._kube = kube
         self._caches = caches
         self._events = events
+        self._policy_results = policy_results
         self._snapshot_namespace = snapshot_namespace
         # The namespace this controller reconciles (None: all): snapshots of TrainJobs elsewhere are not its own.
         self._scope = scope
@@ -193,6 +204,22 @@ class TrainJobReconciler:
         self._denial_noted.pop(trainjob_uid, None)
         self._audit_noted.pop(trainjob_uid, None)
         self._running_checked.pop(trainjob_uid, None)
+        if self._policy_results is not None:
+            self._policy_results.forget(trainjob_uid)
+
+    def _note_results(self, trainjob: Object, check: PolicyCheck) -> None:
+        """This job's per-policy results, when the policies were asked (a running job not asked again keeps the
+        last ones); only while the cache still holds this very job, so a deletion seen meanwhile is not undone."""
+        if self._policy_results is None or check.allowed is None:
+            return
+        meta = TrainJob(trainjob).metadata
+        cached = self._caches.trainjobs.get(meta.name, meta.namespace)
+        if cached is not None and TrainJob(cached).metadata.uid == meta.uid:
+            self._policy_results.record(meta.uid, check.results)
+
+    def _forget_results(self, trainjob: Object) -> None:
+        if self._policy_results is not None:
+            self._policy_results.forget(TrainJob(trainjob).metadata.uid)
 
     async def reconcile(self, namespace: str, name: str) -> Result:
         trainjob = self._caches.trainjobs.get(name, namespace)
@@ -200,6 +227,7 @@ class TrainJobReconciler:
             return Result()
         if not st.is_managed_by_us(trainjob):
             # MultiKueue runs it on a worker: nothing is built here, the state label follows the copied status.
+            self._forget_results(trainjob)
             await self._write_state(trainjob, dispatched_state(trainjob))
             return Result()
         trainjob = _with_type(trainjob)
@@ -207,6 +235,7 @@ class TrainJobReconciler:
         # One reading of the runtimeRef for the webhook and here: ``kind: ""`` names no runtime (as upstream).
         ref = TrainJob(trainjob).runtime_ref
         if not (ref.is_training_runtime or ref.is_cluster_training_runtime):
+            self._forget_results(trainjob)
             decision = st.unsupported_runtime(trainjob, f"{ref.api_group}/{ref.kind}/{ref.name}", self._now())
             if not await self._write_status(trainjob, decision):
                 return Result()
@@ -231,6 +260,9 @@ class TrainJobReconciler:
                 await self._events.record(trainjob, "Warning", "TrainJobResourcesCreationFailed",
                                           f"TrainJob resources reconciliation failed: {message}")
                 build_error = ReconcileError(type(err).__name__, message)
+            self._note_results(trainjob, check)
+        else:
+            self._forget_results(trainjob)  # a finished job is no longer counted
 
         jobset = applied_jobset or self._caches.jobsets.get(name, namespace)
         decision = st.next_status(trainjob, jobset, self._now(),
@@ -372,8 +404,9 @@ class TrainJobReconciler:
         result = enforcement.check(trainjob, runtime, snapshot)
         verdict = result.verdict
         if verdict.allowed:
-            return PolicyCheck(True, audit=result.audit)
-        return PolicyCheck(False, verdict.message or verdict.reason or "denied", audit=result.audit)
+            return PolicyCheck(True, audit=result.audit, results=result.results)
+        return PolicyCheck(False, verdict.message or verdict.reason or "denied", audit=result.audit,
+                           results=result.results)
 
     def _existing(self, trainjob: Object, jobset: Object | None) -> ExistingObjects:
         meta = TrainJob(trainjob).metadata

@@ -220,13 +220,28 @@ class TrainJobPolicySpec(KubeModel):
     defaults: PolicyDefaults | None = spec_field("Defaults for matching TrainJobs.")
 
 
+class PolicyTrainJobCounts(KubeModel):
+    """What the policy makes of the unfinished TrainJobs it selects, as the controller last evaluated them."""
+
+    selected: int | None = spec_field("Unfinished TrainJobs the policy selects.", minimum=0, fmt="int64")
+    pass_: int | None = spec_field("Selected TrainJobs the policy finds nothing wrong with.", alias="pass",
+                                   minimum=0, fmt="int64")
+    warn: int | None = spec_field("Selected TrainJobs with findings under mode Audit (allowed, warned).",
+                                  minimum=0, fmt="int64")
+    fail: int | None = spec_field("Selected TrainJobs with findings under mode Enforce (denied: not built or "
+                                  "resumed; a running one keeps running).", minimum=0, fmt="int64")
+
+
 class TrainJobPolicyStatus(KubeModel):
-    """Observed state of a policy."""
+    """Observed state of a policy, written by the controller."""
 
     observed_generation: int | None = spec_field("metadata.generation last processed.", fmt="int64")
     conditions: list[Condition] | None = spec_field(
-        "Ready and similar conditions.", list_map_keys=["type"], max_items=8
+        "Ready (True: the policy is read and in force; False: the controller cannot read it, the message names "
+        "the field) and similar conditions.", list_map_keys=["type"], max_items=8
     )
+    train_jobs: PolicyTrainJobCounts | None = spec_field(
+        "Counts of the unfinished TrainJobs the policy selects, by result.")
 
 
 class TrainJobPolicy(KubeModel):
@@ -238,7 +253,12 @@ class TrainJobPolicy(KubeModel):
         "status": True, "root_rules": [],
         "printer_columns": [
             {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
-            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+            {"name": "Selected", "type": "integer", "jsonPath": ".status.trainJobs.selected"},
+            {"name": "Pass", "type": "integer", "jsonPath": ".status.trainJobs.pass"},
+            {"name": "Warn", "type": "integer", "jsonPath": ".status.trainJobs.warn"},
+            {"name": "Fail", "type": "integer", "jsonPath": ".status.trainJobs.fail"},
+            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     }

@@ -29,7 +29,8 @@ rule runs, mutating webhook included.
   Upstream errors come first in the message; trainguard's follow.
 ``check_trainjob`` (the controller's defence-in-depth check; ``enforce_trainjob`` and ``audit_trainjob`` are its
   halves): the CREATE findings of the policies for a TrainJob as it stands, against the runtime the controller
-  builds from: the Enforce ones as a denial, the Audit ones as findings for the controller's events.
+  builds from: the Enforce ones as a denial, the Audit ones as findings for the controller's events, and each
+  matching policy's result (pass / warn / fail) for the TrainJobPolicy status counts.
 ``validate_training_runtime`` / ``validate_cluster_training_runtime``: upstream's
   ``validateReplicatedJobs`` plus stricter checks
   (``runtime_rules``; TrainingRuntime UPDATEs are validated too, unlike upstream) and ``agent_identity``.
@@ -216,13 +217,35 @@ class AuditFinding:
     message: str
 
 
+# What one matching policy makes of a TrainJob (the TrainJobPolicy status counts): no finding, findings under
+# ``mode: Audit`` (warnings), findings under ``mode: Enforce`` (a denial).
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One matching policy's result for a TrainJob."""
+
+    policy: str
+    result: str  # PASS, WARN or FAIL
+
+
 @dataclass(frozen=True)
 class TrainJobCheck:
-    """The controller's reading of the policies for a TrainJob as it stands: the Enforce verdict and the Audit
-    findings, from one evaluation."""
+    """The controller's reading of the policies for a TrainJob as it stands: the Enforce verdict, the Audit
+    findings and each matching policy's result, from one evaluation."""
 
     verdict: Verdict
     audit: tuple[AuditFinding, ...] = ()
+    # One per matching policy, in application order; a policy that does not select the job has none.
+    results: tuple[PolicyResult, ...] = ()
+
+
+def _results(matched: list[Policy], found: list[Finding]) -> tuple[PolicyResult, ...]:
+    # A finding names the matching policy that raised it; a policy has one mode, so its findings all warn or all deny.
+    flagged = {f.violation.policy.name for f in found}
+    return tuple(PolicyResult(p.name, (FAIL if p.enforcing else WARN) if p.name in flagged else PASS)
+                 for p in matched)
 
 
 def check_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
@@ -234,18 +257,22 @@ def check_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
     CREATE gets (limits on every container, topology fit, allowed runtimes, the scheduling labels the matching
     policies set and the values they pin), against the runtime the controller will build from (its snapshot, not
     the live object) and the snapshot's policies and namespace labels. Enforce findings deny; Audit findings are
-    returned for the controller to record (admission only warned the requester). Unreadable policies are ignored
-    (the webhook warns about those). Pure and deterministic.
+    returned for the controller to record (admission only warned the requester), and each matching policy's
+    result (pass / warn / fail, the TrainJobPolicy status counts). Unreadable policies are ignored (the webhook
+    warns about those; the controller's policy status says so). Pure and deterministic.
     """
     policies, _ = parse_all(snapshot.policies)
-    found = _policy_findings(obj, runtime, namespace, snapshot, policies)
+    matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
+    found = findings(obj, runtime, matched)
     audit = tuple(dict.fromkeys(AuditFinding(f.violation.policy.name, str(f.violation.error))
                                 for f in found if not f.enforced))
+    results = _results(matched, found)
     enforced = [f for f in found if f.enforced]
     if not enforced:
-        return TrainJobCheck(Verdict.allow(), audit)
+        return TrainJobCheck(Verdict.allow(), audit, results)
     ordered = _by_reason(enforced)
-    return TrainJobCheck(Verdict.deny(aggregate([f.violation.error for f in ordered]), ordered[0].reason), audit)
+    return TrainJobCheck(Verdict.deny(aggregate([f.violation.error for f in ordered]), ordered[0].reason), audit,
+                         results)
 
 
 def enforce_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,

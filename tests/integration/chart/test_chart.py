@@ -181,13 +181,15 @@ def test_controller_reconciles_with_only_its_chart_rbac(cluster: Cluster, namesp
         as_sa = f"system:serviceaccount:{namespace}:{sa}"
         must = [("create", "jobsets.jobset.x-k8s.io"), ("patch", "trainjobs.trainer.kubeflow.org/status"),
                 ("create", "secrets"), ("update", "leases.coordination.k8s.io"),
-                ("list", "trainjobpolicies.trainguard.io"), ("watch", "namespaces"),
+                ("list", "trainjobpolicies.trainguard.io"), ("patch", "trainjobpolicies.trainguard.io --subresource=status"),
+                ("watch", "namespaces"),
                 ("delete", "configmaps")]  # runtime snapshots, in its own namespace
         # Issue 10 item 10: no Secret anywhere can be read (create only, AlreadyExists meaning done); snapshots are
         # deleted only in the controller's own namespace; nothing is "update"d but the Lease.
         must_not = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("list", "secrets -A"),
                     ("get", "secrets -n kube-system"), ("delete", "secrets"), ("patch", "secrets"),
                     ("delete", "configmaps -n default"), ("update", "configmaps"), ("update", "trainjobs.trainer.kubeflow.org"),
+                    ("patch", "trainjobpolicies.trainguard.io"),  # the spec is the admin's: status only
                     ("create", "pods"), ("get", "nodes"),
                     ("create", "clusterrolebindings"), ("*", "*"), ("update", "leases.coordination.k8s.io -n default")]
         for verb, what in must:

@@ -74,6 +74,20 @@ def test_trainjob_columns_status_and_root_rules():
                         "metadata.name must be no more than 63 characters"]
 
 
+def test_trainjobpolicy_columns_show_mode_ready_and_the_counts():
+    """``kubectl get tjp``: what an admin reads after a policy change (the controller writes the status)."""
+    version = load("trainguard.io_trainjobpolicies.yaml")["spec"]["versions"][0]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert shown == ["Mode", "Ready", "Selected", "Pass", "Warn", "Fail", "Age"]
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert [columns[n]["jsonPath"] for n in ("Selected", "Pass", "Warn", "Fail")] == [
+        ".status.trainJobs.selected", ".status.trainJobs.pass", ".status.trainJobs.warn", ".status.trainJobs.fail"]
+    assert version["subresources"] == {"status": {}}
+    counts = at(version["schema"]["openAPIV3Schema"], "status.trainJobs")
+    assert sorted(counts["properties"]) == ["fail", "pass", "selected", "warn"]
+
+
 @pytest.mark.parametrize("path, key, value", [
     ("spec.runtimeRef.apiGroup", "default", "trainer.kubeflow.org"),
     ("spec.runtimeRef.kind", "default", "ClusterTrainingRuntime"),
