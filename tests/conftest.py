@@ -124,6 +124,11 @@ def cluster() -> Iterator[Cluster]:
             args += ["-f", str(m)]
         c.kubectl(*args, timeout=120)
         wait_for_crds(c)
+        # The namespace the chart's SDK discovery objects default to: tests apply or server-dry-run renders of the
+        # chart here, and a dry run stores no Namespace for the objects after it (test_sdk_discovery.py installs
+        # the chart with helm where it does not exist).
+        c.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": "kubeflow-system"}}))
         yield c
     finally:
         if state_dir:
