@@ -406,3 +406,20 @@ def test_user_queue_label_kueue_suspends_and_labels_the_jobset(kueue_env: Env) -
     assert owned_by_jobset == [], owned_by_jobset
     env.finish(name)
     wait_for(f"{name}'s Workload to finish", lambda: _true(env.workload_of(name), "Finished"), timeout=60)
+
+
+def test_a_job_its_cluster_queue_could_never_admit_is_denied_at_apply(kueue_env: Env) -> None:
+    """Capacity at the door (issue 23, part 4): 2 x 8 GPUs against a ClusterQueue of 8 (no cohort) is denied by the
+    Enforce policy that puts the job in that queue, with the numbers, instead of sitting suspended forever."""
+    env, name = kueue_env, "too-wide"
+    body = trainjob_manifest(name, env.namespace, 8, None)
+    out = env.k("apply", "-f", "-", input=yaml.safe_dump(body), check=False)
+    assert out.returncode != 0, out.stdout
+    assert "Kueue can never admit this job" in out.stderr, out.stderr
+    assert (f'replicated job "node" needs 16 nvidia.com/gpu in one flavor, and the largest flavor of ClusterQueue '
+            f'"cq-{env.priority_class.removeprefix("urgent-")}" (LocalQueue "{env.queue}") holds 8') in out.stderr, out.stderr
+    assert env.get("trainjobs.trainer.kubeflow.org", name) is None
+    # The same job at 2 x 4 fits the queue and is admitted as before.
+    fits = env.apply_trainjob("fits-the-queue", gpus_per_node=4)
+    assert fits["spec"]["suspend"] is True
+    env.k("delete", "trainjobs.trainer.kubeflow.org", "fits-the-queue", "-n", env.namespace, "--wait=false")

@@ -68,15 +68,34 @@ def jobset_admission_view(obj: Object) -> Object:
     return out
 
 
-# Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (trainguard.webhook.policy.multikueue).
+# Kueue's queueing objects: only what MultiKueue's managedBy defaulting reads (trainguard.webhook.policy.multikueue)
+# and, of a ClusterQueue, its cohort and quotas (trainguard.webhook.policy.capacity).
 def _local_queue_target(obj: Object) -> Object:
     return {"metadata": Meta.of(obj).only(("name", "namespace", "resourceVersion")),
             "spec": {"clusterQueue": LocalQueue(obj).cluster_queue}}
 
 
-def _cluster_queue_checks(obj: Object) -> Object:
+def _quota_entry(resource: Any) -> Any:
+    if not isinstance(resource, dict):
+        return None
+    return {k: resource[k] for k in ("name", "nominalQuota", "borrowingLimit") if k in resource}
+
+
+def _flavor_quotas(flavor: Any) -> Any:
+    if not isinstance(flavor, dict):
+        return None
+    resources = flavor.get("resources")
+    return {"name": flavor.get("name"),
+            "resources": [_quota_entry(q) for q in resources] if isinstance(resources, list) else []}
+
+
+def _cluster_queue_view(obj: Object) -> Object:
+    view = ClusterQueue(obj)
+    groups = [{"flavors": [_flavor_quotas(f) for f in g["flavors"]] if isinstance(g.get("flavors"), list) else []}
+              for g in view.resource_groups if isinstance(g, dict)]
     return {"metadata": Meta.of(obj).only(("name", "resourceVersion")),
-            "spec": {"admissionChecksStrategy": {"admissionChecks": ClusterQueue(obj).admission_checks}}}
+            "spec": {"admissionChecksStrategy": {"admissionChecks": view.admission_checks},
+                     "cohortName": view.cohort_name, "resourceGroups": groups}}
 
 
 def _admission_check_controller(obj: Object) -> Object:
@@ -95,6 +114,27 @@ def _checks_by_cluster_queue(inf: Informer) -> Mapping[str, tuple[str, ...]]:
         for (_, name), obj in inf.items()})
 
 
+def _quotas_by_cluster_queue(inf: Informer) -> Mapping[str, Object]:
+    """ClusterQueue name -> ``{"cohort": name or None, "flavors": {flavor: {resource: (nominalQuota, borrowingLimit
+    or None)}}}``, the quantities as written (``trainguard.webhook.policy.capacity`` reads them)."""
+    out: dict[str, Object] = {}
+    for (_, name), obj in inf.items():
+        view = ClusterQueue(obj)
+        flavors: dict[str, dict[str, tuple[Any, Any]]] = {}
+        for group in view.resource_groups:
+            for flavor in (group.get("flavors") or []) if isinstance(group, dict) else []:
+                if not isinstance(flavor, dict) or not isinstance(flavor.get("name"), str):
+                    continue
+                quotas = flavors.setdefault(flavor["name"], {})
+                for q in flavor.get("resources") or []:
+                    if isinstance(q, dict) and isinstance(q.get("name"), str):
+                        quotas[q["name"]] = (q.get("nominalQuota"), q.get("borrowingLimit"))
+        cohort = view.cohort_name
+        out[name] = MappingProxyType({"cohort": cohort if isinstance(cohort, str) and cohort else None,
+                                      "flavors": MappingProxyType(flavors)})
+    return MappingProxyType(out)
+
+
 def _controllers_by_admission_check(inf: Informer) -> Mapping[str, str]:
     return MappingProxyType({name: str(AdmissionCheck(obj).controller_name or "") for (_, name), obj in inf.items()})
 
@@ -109,6 +149,9 @@ class SnapshotField:
     transform: Callable[[Object], Object] = strip_managed_fields
     # The kind's CRD may be missing (Kueue not installed): an empty field, never a readiness blocker.
     optional: bool = False
+    # Read the informer of the field so named (one watch per resource); that field's transform keeps what this
+    # field's build reads.
+    reads: str | None = None
 
 
 SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
@@ -120,7 +163,9 @@ SNAPSHOT_FIELDS: tuple[SnapshotField, ...] = (
     SnapshotField("jobsets", r.JOBSETS, _by_key, jobset_admission_view),
     SnapshotField("priority_classes", r.PRIORITY_CLASSES, _names, _name_only),
     SnapshotField("kueue_local_queues", r.LOCAL_QUEUES, _cluster_queues_by_local_queue, _local_queue_target, True),
-    SnapshotField("kueue_cluster_queues", r.CLUSTER_QUEUES, _checks_by_cluster_queue, _cluster_queue_checks, True),
+    SnapshotField("kueue_cluster_queues", r.CLUSTER_QUEUES, _checks_by_cluster_queue, _cluster_queue_view, True),
+    SnapshotField("kueue_quotas", r.CLUSTER_QUEUES, _quotas_by_cluster_queue, optional=True,
+                  reads="kueue_cluster_queues"),
     SnapshotField("kueue_admission_checks", r.ADMISSION_CHECKS, _controllers_by_admission_check,
                   _admission_check_controller, True),
 )
@@ -149,17 +194,22 @@ class ClusterCaches(Generic[Snapshot]):
         unknown = set(shared) - {f.name for f in self.fields}
         if unknown:
             raise ValueError(f"shared informers for fields that are not snapshotted: {sorted(unknown)}")
+        names = {f.name for f in self.fields}
+        dangling = [f.name for f in self.fields if f.reads is not None and f.reads not in names]
+        if dangling:
+            raise ValueError(f"fields reading the informer of a field that is not snapshotted: {dangling}")
         self._owned: dict[str, Informer] = {
             f.name: Informer(
                 source, f.resource, transform=f.transform, backoff=backoff(), watch_timeout_seconds=watch_timeout_seconds,
                 absent_ok=f.optional,
             )
             for f in self.fields
-            if f.name not in shared
+            if f.name not in shared and f.reads is None
         }
-        self.informers: dict[str, Informer] = {
-            f.name: shared[f.name] if f.name in shared else self._owned[f.name] for f in self.fields
-        }
+        own = {f.name: shared[f.name] if f.name in shared else self._owned[f.name]
+               for f in self.fields if f.reads is None}
+        self.informers: dict[str, Informer] = {f.name: own[f.reads] if f.reads is not None else own[f.name]
+                                               for f in self.fields}
         self._built: dict[str, tuple[int, Any]] = {}
         self._snapshot: Snapshot | None = None
         self._snapshot_versions: tuple[int, ...] = ()

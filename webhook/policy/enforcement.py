@@ -3,6 +3,7 @@ webhook and the controller's defence-in-depth check (``pipeline.enforce_trainjob
 
 Every finding is a ``Violation`` (the policy that raised it plus a field error in the upstream format) under a
 reason: ``PolicyLimits`` (``limits``), ``Topology`` (the job fits no level of the policy that decides topology),
+``QueueCapacity`` (its Kueue ClusterQueue could never admit it: ``capacity``),
 ``PolicyScheduling`` (a scheduling label a matching policy sets is missing, or a scheduling value it pins is
 not one it allows: ``pinning``). The caller decides what a finding does: a denial under ``mode: Enforce``, a
 warning under ``Audit``.
@@ -20,6 +21,7 @@ from typing import Any, Iterable, Mapping
 from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import invalid, required
 from trainguard.webhook.policy import framework
+from trainguard.webhook.policy.capacity import QUEUE_CAPACITY, Queues, capacity_violations
 from trainguard.webhook.policy.defaults import KAI_QUEUE_LABEL, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, topology_outcome
 from trainguard.webhook.policy.limits import Violation, limit_violations
 from trainguard.webhook.policy.pinning import pin_violations
@@ -94,9 +96,11 @@ UNSET: Any = object()  # "not computed by the caller" (None is a valid effective
 
 
 def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy], *,
-             scheduling: bool = True, effective: Any = UNSET) -> list[Finding]:
+             scheduling: bool = True, effective: Any = UNSET, queues: Queues | None = None,
+             namespace: str = "") -> list[Finding]:
     """Every policy finding for ``obj`` built from ``runtime``: limits of every matching policy, the topology fit of
-    the policy that decides topology, and (with ``scheduling``) the scheduling labels and pinned values.
+    the policy that decides topology, (with ``queues``, Kueue's queues in ``namespace``) whether its ClusterQueue
+    could ever admit it, and (with ``scheduling``) the scheduling labels and pinned values.
     ``effective``: the caller's ``framework.effective_job_or_none(obj, runtime)`` when it already has it (building
     the job is the costly part of a review), otherwise computed here."""
     if not matched:
@@ -119,6 +123,7 @@ def findings(obj: dict[str, Any], runtime: dict[str, Any], matched: list[Policy]
             out.append(Finding(TOPOLOGY, Violation(outcome.policy, invalid(
                 "spec.trainer", {"numNodes": _nodes(obj)},
                 f'fits no topology level of TrainJobPolicy "{outcome.policy.name}": {outcome.result.reason}'))))
+        out += [Finding(QUEUE_CAPACITY, v) for v in capacity_violations(obj, effective, matched, namespace, queues)]
     if scheduling:
         out += scheduling_findings(obj, runtime, matched, effective)
     return out

@@ -62,9 +62,14 @@ def _allowed_runtime_error(trainjob: dict[str, Any], policy: Policy) -> FieldErr
     return invalid("spec.runtimeRef.name", ref.name, detail)
 
 
+def gpu_resource(policy: Policy) -> str:
+    """The GPU resource a policy counts (its topology's, else ``nvidia.com/gpu``)."""
+    return policy.spec.topology.gpu_resource_name if policy.spec.topology else "nvidia.com/gpu"
+
+
 def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -> list[Violation]:
     limits = policy.spec.limits
-    gpu = policy.spec.topology.gpu_resource_name if policy.spec.topology else "nvidia.com/gpu"
+    gpu = gpu_resource(policy)
     shape = job_shape(effective, gpu)
     trainer = _trainer(trainjob)
     runtime_name = runtime_ref(trainjob).name

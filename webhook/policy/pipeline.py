@@ -22,7 +22,8 @@ rule runs, mutating webhook included.
   3. trainguard: the DatasetCache reference; no pod running as a cache agent's ServiceAccount
      (``agent_identity``; on UPDATE only what the update introduces); the policies' findings (``enforcement``),
      each a denial under ``mode: Enforce`` and a warning under ``Audit``: on CREATE limits on every container,
-     topology fit, the scheduling labels the policies set and the values they pin (``pinning``); on UPDATE
+     topology fit, whether the Kueue ClusterQueue could ever admit it (``capacity``), the scheduling labels the
+     policies set and the values they pin (``pinning``); on UPDATE
      (``updates``) what the update introduces, judged by the policies selecting the old OR the new object: a
      policy's scheduling label or scheduler annotation removed or changed, an unsuspend without the label, a new
      limit, topology or pinned-value violation.
@@ -58,6 +59,7 @@ from trainguard.webhook.field import FieldError, aggregate
 from trainguard.webhook.policy import (
     agent_identity, dataset_cache, dataset_cache_agents, framework, multikueue, runtime_rules,
 )
+from trainguard.webhook.policy.capacity import QUEUE_CAPACITY, queues_of
 from trainguard.webhook.policy.defaults import POLICY_MANAGER, apply_policies
 from trainguard.webhook.policy.enforcement import POLICY_LIMITS, SCHEDULING, TOPOLOGY, UNSET, Finding, findings
 from trainguard.webhook.policy.matching import matching_policies, parse_all
@@ -183,7 +185,7 @@ def validate_trainjob(review: AdmissionInput, snapshot: ClusterSnapshot) -> Verd
         judges = judging_policies(
             matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime),
             matching_policies(policies, old, namespace, snapshot.namespace_labels, runtime))
-        found = update_findings(obj, old, runtime, judges)
+        found = update_findings(obj, old, runtime, judges, queues=queues_of(snapshot), namespace=namespace)
     warnings += [f.violation.warning() for f in found if not f.enforced]
     enforced = _by_reason([f for f in found if f.enforced])
     reason = (DATASET_CACHE if cache_errors else AGENT_IDENTITY if identity_errors
@@ -200,12 +202,12 @@ def _introduced(errors: list[FieldError], before: list[FieldError]) -> list[Fiel
 def _policy_findings(obj: dict[str, Any], runtime: dict[str, Any], namespace: str, snapshot: ClusterSnapshot,
                      policies: list[Policy], effective: Any = UNSET) -> list[Finding]:
     matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
-    return findings(obj, runtime, matched, effective=effective)
+    return findings(obj, runtime, matched, effective=effective, queues=queues_of(snapshot), namespace=namespace)
 
 
 def _by_reason(found: list[Finding]) -> list[Finding]:
     """Limits first, then topology, then scheduling labels: the order the message lists them in."""
-    order = {POLICY_LIMITS: 0, TOPOLOGY: 1, SCHEDULING: 2}
+    order = {POLICY_LIMITS: 0, TOPOLOGY: 1, QUEUE_CAPACITY: 2, SCHEDULING: 3}
     return sorted(found, key=lambda f: order.get(f.reason, 3))
 
 
@@ -263,7 +265,7 @@ def check_trainjob(obj: dict[str, Any], runtime: dict[str, Any], namespace: str,
     """
     policies, _ = parse_all(snapshot.policies)
     matched = matching_policies(policies, obj, namespace, snapshot.namespace_labels, runtime)
-    found = findings(obj, runtime, matched)
+    found = findings(obj, runtime, matched, queues=queues_of(snapshot), namespace=namespace)
     audit = tuple(dict.fromkeys(AuditFinding(f.violation.policy.name, str(f.violation.error))
                                 for f in found if not f.enforced))
     results = _results(matched, found)

@@ -28,6 +28,7 @@ from trainguard.webhook.api.views import TrainJob
 from trainguard.webhook.field import forbidden, required
 from trainguard.webhook.policy import framework
 from trainguard.webhook.policy.defaults import SCHEDULER_NAME_ANNOTATION
+from trainguard.webhook.policy.capacity import Queues
 from trainguard.webhook.policy.enforcement import SCHEDULING, SCHEDULING_LABELS, Finding, findings, label_path
 from trainguard.webhook.policy.limits import Violation
 from trainguard.webhook.policy.matching import application_order
@@ -96,12 +97,15 @@ def _build_inputs(obj: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def update_findings(obj: dict[str, Any], old: dict[str, Any], runtime: dict[str, Any],
-                    policies: list[Policy]) -> list[Finding]:
-    """Findings for an UPDATE from ``old`` to ``obj`` under the judging ``policies``."""
+                    policies: list[Policy], *, queues: Queues | None = None, namespace: str = "") -> list[Finding]:
+    """Findings for an UPDATE from ``old`` to ``obj`` under the judging ``policies`` (``queues``: Kueue's, for the
+    capacity check)."""
     if not policies:
         return []
     if _build_inputs(obj) == _build_inputs(old):
         return scheduling_update_findings(obj, old, runtime, policies)
-    before = {str(f.violation.error) for f in findings(old, runtime, policies, scheduling=False)}
-    introduced = [f for f in findings(obj, runtime, policies, scheduling=False) if str(f.violation.error) not in before]
+    before = {str(f.violation.error)
+              for f in findings(old, runtime, policies, scheduling=False, queues=queues, namespace=namespace)}
+    introduced = [f for f in findings(obj, runtime, policies, scheduling=False, queues=queues, namespace=namespace)
+                  if str(f.violation.error) not in before]
     return introduced + scheduling_update_findings(obj, old, runtime, policies)

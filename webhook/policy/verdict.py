@@ -50,6 +50,9 @@ class ClusterSnapshot:
     kueue_cluster_queues: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # AdmissionCheck name -> its controllerName
     kueue_admission_checks: Mapping[str, str] = field(default_factory=dict)
+    # ClusterQueue name -> {"cohort": name or None, "flavors": {flavor: {resource: (nominalQuota, borrowingLimit)}}},
+    # for the capacity check at the door (``capacity``)
+    kueue_quotas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # On a MultiKueue worker: the usernames MultiKueue's kubeconfigs authenticate as. The admin's setting (webhook
     # flag), not a watched object: only a TrainJob these users create can be taken as a manager's copy.
     multikueue_dispatchers: frozenset[str] = frozenset()

@@ -40,7 +40,11 @@ def scripted() -> PerResourceSource:
     src.of(r.PRIORITY_CLASSES).lists.append(([obj("high", "7"), obj("low", "8")], "8"))
     src.of(r.LOCAL_QUEUES).lists.append(([obj("gpu", "9", "team-a", spec={"clusterQueue": "cq", "stopPolicy": "None"})], "9"))
     src.of(r.CLUSTER_QUEUES).lists.append(([obj("cq", "10", spec={"admissionChecksStrategy": {"admissionChecks": [
-        {"name": "mk"}, {"name": "prov", "onFlavors": ["a"]}]}, "resourceGroups": []})], "10"))
+        {"name": "mk"}, {"name": "prov", "onFlavors": ["a"]}]}, "cohortName": "org", "resourceGroups": [
+        {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
+            {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "48", "borrowingLimit": "8",
+                                            "lendingLimit": "4"}, {"name": "cpu", "nominalQuota": 96}]},
+            "not-a-flavor"]}, 5]})], "10"))
     src.of(r.ADMISSION_CHECKS).lists.append(([obj("mk", "11", spec={"controllerName": "kueue.x-k8s.io/multikueue",
                                                                     "parameters": {"name": "cfg"}})], "11"))
     return src
@@ -65,6 +69,12 @@ async def test_snapshot_fields_come_from_the_caches() -> None:
     assert dict(snap.kueue_local_queues) == {("team-a", "gpu"): "cq"}
     assert dict(snap.kueue_cluster_queues) == {"cq": ("mk", "prov")}
     assert dict(snap.kueue_admission_checks) == {"mk": "kueue.x-k8s.io/multikueue"}
+    # The quotas, from the same ClusterQueue watch (one informer for both fields); malformed entries skipped.
+    assert snap.kueue_quotas["cq"]["cohort"] == "org"
+    assert {f: dict(q) for f, q in snap.kueue_quotas["cq"]["flavors"].items()} == {
+        "h100": {"nvidia.com/gpu": ("48", "8"), "cpu": (96, None)}}
+    assert caches.informers["kueue_quotas"] is caches.informers["kueue_cluster_queues"]
+    assert "kueue_quotas" not in caches.owned
 
 
 async def test_snapshot_is_reused_until_a_cache_changes() -> None:

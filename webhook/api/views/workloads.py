@@ -97,9 +97,20 @@ class LocalQueue(KubeObject):
 
 
 class ClusterQueue(KubeObject):
-    """A Kueue ClusterQueue: the admission checks it runs (MultiKueue's is one of them)."""
+    """A Kueue ClusterQueue: the admission checks it runs (MultiKueue's is one of them) and its quotas."""
 
     __slots__ = ()
+
+    @property
+    def cohort_name(self) -> Any:
+        """``spec.cohortName`` (v1beta2) as written (None when absent)."""
+        return _in(self.raw, "spec", "cohortName")
+
+    @property
+    def resource_groups(self) -> list[Any]:
+        """``spec.resourceGroups`` as written (``{coveredResources, flavors: [{name, resources: [{name, nominalQuota,
+        borrowingLimit, lendingLimit}]}]}``); [] when absent or not a list."""
+        return _list(_in(self.raw, "spec", "resourceGroups"))
 
     @property
     def admission_checks(self) -> list[Any]:
