@@ -67,6 +67,13 @@ def gpu_resource(policy: Policy) -> str:
     return policy.spec.topology.gpu_resource_name if policy.spec.topology else "nvidia.com/gpu"
 
 
+def _from_runtime(trainjob: dict[str, Any], fix: str) -> str:
+    """What a user who never wrote the value reads: where it comes from, and what they can change."""
+    ref = runtime_ref(trainjob)
+    owner = "an admin's runtime" if ref.is_cluster_training_runtime else "a runtime of this namespace"
+    return f'; the value comes from {ref.kind} "{ref.name}" ({owner}), not from your TrainJob: {fix}'
+
+
 def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -> list[Violation]:
     limits = policy.spec.limits
     gpu = gpu_resource(policy)
@@ -82,15 +89,19 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
 
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
         path = "spec.trainer.numNodes" if trainer.num_nodes is not None else "spec.runtimeRef"
-        found.append(invalid(path, shape.nodes if path.endswith("numNodes") else runtime_name,
-                             f"{shape.nodes} nodes exceed maxNodes {limits.max_nodes} of {_of(policy)}"))
+        detail = f"{shape.nodes} nodes exceed maxNodes {limits.max_nodes} of {_of(policy)}"
+        if path == "spec.runtimeRef":
+            detail += _from_runtime(trainjob, f"set spec.trainer.numNodes to at most {limits.max_nodes}")
+        found.append(invalid(path, shape.nodes if path.endswith("numNodes") else runtime_name, detail))
 
     resources_path = "spec.trainer.resourcesPerNode" if trainer.resources_per_node is not None else "spec.runtimeRef"
     if limits.max_gpus_per_node is not None and shape.gpus_per_node > limits.max_gpus_per_node:
+        detail = f"{shape.gpus_per_node} {gpu} per node exceed maxGpusPerNode {limits.max_gpus_per_node} of {_of(policy)}"
+        if resources_path == "spec.runtimeRef":
+            detail += _from_runtime(trainjob, f"set spec.trainer.resourcesPerNode limits of {gpu} to at most "
+                                              f"{limits.max_gpus_per_node}")
         found.append(invalid(
-            resources_path, shape.gpus_per_node if resources_path != "spec.runtimeRef" else runtime_name,
-            f"{shape.gpus_per_node} {gpu} per node exceed maxGpusPerNode {limits.max_gpus_per_node} of {_of(policy)}",
-        ))
+            resources_path, shape.gpus_per_node if resources_path != "spec.runtimeRef" else runtime_name, detail))
 
     if limits.max_gpus_per_node is not None:
         trainers = set(effective.trainer_jobs)
@@ -101,7 +112,9 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
             found.append(invalid(
                 "spec.runtimeRef", runtime_name,
                 f"pods of replicatedJob {ps.name} request {per_pod} {gpu} each, more than maxGpusPerNode "
-                f"{limits.max_gpus_per_node} of {_of(policy)}",
+                f"{limits.max_gpus_per_node} of {_of(policy)}"
+                + _from_runtime(trainjob, "a TrainJob cannot change that replicated job: use another runtime, or ask "
+                                          "the runtime's owner to change it"),
             ))
 
     if limits.max_total_gpus is not None and shape.total_gpus > limits.max_total_gpus:
@@ -117,13 +130,15 @@ def limit_violations(trainjob: dict[str, Any], effective: Any, policy: Policy) -
         for job, kind, container, image in images(effective.spec, every_job):
             if image is not None and any(image.startswith(p) for p in limits.allowed_image_prefixes):
                 continue
-            trainer_image = trainer.image is not None and job in effective.trainer_jobs and container == "node"
-            path = "spec.trainer.image" if trainer_image else "spec.runtimeRef"
-            found.append(invalid(
-                path, image,
-                f"image of {kind[:-1]} {container!s} in replicatedJob {job!s} must start with one of "
-                f"[{', '.join(limits.allowed_image_prefixes)}] ({_of(policy)})",
-            ))
+            trainer_container = job in effective.trainer_jobs and container == "node"
+            path = "spec.trainer.image" if trainer_container and trainer.image is not None else "spec.runtimeRef"
+            detail = (f"image of {kind[:-1]} {container!s} in replicatedJob {job!s} must start with one of "
+                      f"[{', '.join(limits.allowed_image_prefixes)}] ({_of(policy)})")
+            if path == "spec.runtimeRef":
+                detail += _from_runtime(trainjob, "set spec.trainer.image to an allowed image" if trainer_container
+                                        else "a TrainJob cannot change that container's image: use another runtime, "
+                                             "or ask the runtime's owner to change it")
+            found.append(invalid(path, image, detail))
 
     if limits.pod_security == BASELINE:
         found += baseline_errors(dict(effective.spec), _of(policy))

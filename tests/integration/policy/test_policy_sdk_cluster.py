@@ -90,3 +90,30 @@ def test_trainer_client_sees_the_policy_denial(kube: Kube, namespace: str, train
     assert message.startswith('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: ')
     assert f'spec.trainer.numNodes: Invalid value: 8: 8 nodes exceed maxNodes 4 of TrainJobPolicy "{pol}"' in message
     assert trainer_client.list_jobs() == []
+
+
+def _train_function() -> None:  # the SDK ships this function's source in the trainer's command
+    print("training")
+
+
+def test_a_denial_of_the_runtimes_image_tells_the_sdk_user_what_to_change(
+        kube: Kube, namespace: str, trainer_client) -> None:
+    """``CustomTrainer(func=...)`` runs on the runtime's image, which the user never chose: the denial the SDK raises
+    says it comes from the admin's runtime and that ``spec.trainer.image`` (CustomTrainerContainer's image) can
+    replace it (issue 24, part 5)."""
+    from kubeflow.trainer import CustomTrainer
+
+    rt, pol = unique("torch-distributed"), unique("pol")
+    kube.create(torch_distributed(rt, namespace))
+    kube.create(policy(pol, namespace, {"limits": {"allowedImagePrefixes": ["ghcr.io/acme/"]}}))
+    kube.wait_policy(trainjob(unique("probe"), namespace, rt), pol)
+    with pytest.raises(RuntimeError) as err:
+        trainer_client.train(runtime=trainer_client.get_runtime(rt), trainer=CustomTrainer(func=_train_function))
+    cause = err.value.__cause__
+    assert isinstance(cause, k8s.ApiException) and cause.status == 403, repr(cause)
+    message = json.loads(cause.body)["message"]  # what the README tells SDK users to print
+    assert ('spec.runtimeRef: Invalid value: "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime": image of container '
+            f'node in replicatedJob node must start with one of [ghcr.io/acme/] (TrainJobPolicy "{pol}"); the value '
+            f'comes from ClusterTrainingRuntime "{rt}" (an admin\'s runtime), not from your TrainJob: set '
+            "spec.trainer.image to an allowed image") in message, message
+    assert trainer_client.list_jobs() == []
