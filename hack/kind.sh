@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The path for users WITH a Docker engine: a kind cluster, the trainguard image built and loaded into it, the CRDs
-# and the Helm chart installed. The test suite does not use this (machines without Docker run hack/cluster.sh);
-# nothing here is exercised in CI, so treat it as documentation that runs.
+# and the Helm chart installed by hack/install.sh. The test suite does not run kind (machines without Docker run
+# hack/cluster.sh); the install sequence itself is tested against the local control plane.
 #
 # usage: hack/kind.sh [up|down]   (needs docker and kind on PATH; helm and kubectl come from hack/build-tools.sh)
 set -euo pipefail
@@ -21,10 +21,9 @@ case ${1:-up} in
     docker build -t "$image" "$repo"
     kind load docker-image "$image" --name "$name"
     ctx="kind-$name"
-    "$bin/kubectl" --context "$ctx" apply --server-side -f "$bin/crds/jobset/"
-    "$bin/kubectl" --context "$ctx" apply --server-side -f "$repo/crds/"
-    "$bin/helm" --kube-context "$ctx" upgrade --install trainguard "$repo/charts/trainguard" \
-      --namespace trainguard-system --create-namespace \
+    # The install order that works (the chart owns the CRDs), the one tests/integration/chart/test_install_script.py
+    # checks against the local control plane.
+    KUBE_CONTEXT=$ctx TRAINGUARD_BIN_DIR=$bin "$here/install.sh" \
       --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never --wait
     echo "trainguard is running in kind cluster '$name' (kubectl --context $ctx -n trainguard-system get pods)"
     ;;
