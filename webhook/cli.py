@@ -17,7 +17,7 @@ from trainguard.webhook import __version__
 Run = Callable[[argparse.Namespace], int]
 
 # Shown in this order in --help; anything else registered comes after, sorted.
-_ORDER = ("webhook", "controller", "render", "cache-agent", "version")
+_ORDER = ("webhook", "controller", "render", "test", "cache-agent", "version")
 
 
 def configure_version(parser: argparse.ArgumentParser) -> Run:
@@ -52,6 +52,7 @@ def _summary(target: str) -> str:
         "trainguard.webhook.admission.main:configure": "serve the validating and mutating admission webhooks (HTTPS)",
         "trainguard.controller.reconcile.main:configure": "run the TrainJob reconciler",
         "trainguard.webhook.render:configure": "run admission and the JobSet build on files, offline",
+        "trainguard.webhook.testbench:configure": "check expected policy results for TrainJobs, offline",
         "trainguard.cache.main:configure": "run the node-local dataset cache agent",
         "trainguard.webhook.cli:configure_version": "print the version",
     }.get(target, "")

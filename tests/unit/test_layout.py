@@ -66,8 +66,8 @@ def test_every_package_folder_is_installed() -> None:
 
 
 # The command-line shells: they read files, the clock and print, around the pure engine they call
-# (`trainguard render` is render.py around offline.py).
-SHELL_MODULES = {"webhook/cli.py", "webhook/render.py"}
+# (`trainguard render` is render.py around offline.py; `trainguard test` is testbench.py around expectations.py).
+SHELL_MODULES = {"webhook/cli.py", "webhook/render.py", "webhook/testbench.py"}
 # What "pure" means for the rest of webhook/: no network, no files, no processes or threads, no clock, no output.
 # Randomness is injected (runtime/keys.py's KeySource), so the reconciler's real keys never reach render or a test.
 IMPURE_MODULES = IO_MODULES | {"os", "io", "pathlib", "shutil", "tempfile", "glob", "fcntl", "mmap", "select",
