@@ -85,6 +85,8 @@ stop_previous() {
 record() { echo "${pids[*]}" >"$TRAINGUARD_CLUSTER_DIR/demo.pids"; }
 
 step "1. a simulated GPU cluster: the real control plane and JobSet controller, kwok for the kubelets"
+note "(kwok marks pods Running and Succeeded without starting a container: kubectl logs and the SDK's get_job_logs()"
+note " have nothing to show here; make test-node runs the trainer's containers on a real kubelet and reads their logs)"
 stop_previous
 hack/e2e-cluster.sh down >/dev/null 2>&1 || true
 kubeconfig=$(hack/e2e-cluster.sh up 2> >(grep --line-buffered -v '^build-tools: ' >&2) | tail -n 1)

@@ -42,6 +42,8 @@ def section(out: str, title: str) -> str:
 def test_cluster_is_the_simulated_gpu_cluster(demo: tuple[str, Path]) -> None:
     nodes = re.findall(r"^(kwok-gpu-\d)\s+(clique-\d)\s+8\s+True$", section(demo[0], "1."), re.M)
     assert len(nodes) == 8 and {c for _, c in nodes} == {"clique-0", "clique-1"}, nodes
+    # Said once, where the cluster starts: its nodes run no containers, so there are no logs to read.
+    assert demo[0].count("without starting a container: kubectl logs and the SDK's get_job_logs()") == 1
 
 
 def test_admission_mutates_with_kueue_beside(demo: tuple[str, Path]) -> None:
@@ -58,6 +60,8 @@ def test_denial_is_shown(demo: tuple[str, Path]) -> None:
     out = section(demo[0], "4.")
     assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in out
     assert "16 nvidia.com/gpu per node exceed maxGpusPerNode 8" in out
+    # 4 x 16 GPUs against the ClusterQueue of 48: Kueue could never admit it, and the denial says so.
+    assert "Kueue can never admit this job" in out and "holds 48" in out, out
 
 
 def test_kueue_holds_the_second_job_for_quota(demo: tuple[str, Path]) -> None:
@@ -78,13 +82,17 @@ def test_both_jobs_run_on_one_clique_each_and_complete(demo: tuple[str, Path]) -
         block = re.search(rf"^{re.escape(job)}: phases.*?\n((?:  .*\n)+)", out, re.M)
         assert block, out
         phases = re.findall(r"^\s+\d+\.\ds\s+(\w+)$", block.group(1), re.M)
-        assert phases[0] == "Suspended" and phases[-1] == "Complete" and "Running" in phases, (job, phases)
+        # The demo samples the label every 0.2 s: when Kueue admits a job within a second of its creation (llm-ddp,
+        # into an empty queue) a loaded machine can miss its Suspended state; llm-ddp-2 waits for quota and never does.
+        first = ("Suspended",) if job == "llm-ddp-2" else ("Suspended", "Created")
+        assert phases[0] in first and phases[-1] == "Complete" and "Running" in phases, (job, phases)
         assert phases.index("Running") < phases.index("Complete"), (job, phases)
         pods = re.findall(r"^  pod (\S+)\s+on (kwok-gpu-\d)\s+\((clique-\d)\)\s+Succeeded$", block.group(1), re.M)
         assert len(pods) == 4 and all(p.startswith(f"{job}-node-0-") for p, _, _ in pods), (job, pods)
         assert len({n for _, n, _ in pods}) == 4 and len({c for _, _, c in pods}) == 1, (job, pods)
         assert re.search(rf"^trainjob-{re.escape(job)}-\w+\s+{re.escape(job)}\s+True\s+True$", out, re.M), out
-        assert re.search(rf"^{re.escape(job)}\s+Complete\s+Complete\s", out, re.M), out
+        # kubectl get trainjobs: NAME STATE RUNTIME NODES GPUS PROGRESS AGE (4 nodes x 8 GPUs, no progress reported).
+        assert re.search(rf"^{re.escape(job)}\s+Complete\s+torch-distributed\s+4\s+32\s+\d+s$", out, re.M), out
     assert "Complete=True (AllJobsCompleted: jobset completed successfully)" in out
 
 
