@@ -40,10 +40,9 @@ from trainguard.controller.reconcile.quota import JOB_UID_LABEL, WorkloadIndex, 
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
-from trainguard.controller.reconcile.policy_status import (
-    Counts, PolicyStatusReconciler, PolicyTally, only_status_changed,
-)
+from trainguard.controller.reconcile.policy_status import PolicyStatusReconciler, PolicyTally, only_status_changed
 from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
+from trainguard.controller.reconcile import readiness
 from trainguard.webhook.api.apimachinery import controller_owner
 from trainguard.webhook.api.constants import (
     CLUSTER_TRAINING_RUNTIME_KIND,
@@ -74,6 +73,7 @@ from trainguard.webhook.kube.resources import (
     WORKLOADS,
 )
 from trainguard.webhook.kube.snapshot import SNAPSHOT_FIELDS, ClusterCaches
+from trainguard.process.probes import Probe
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.policy.dataset_cache_agents import DatasetCacheAgents
 from trainguard.webhook.policy.verdict import ClusterSnapshot
@@ -183,7 +183,6 @@ class Controller:
             kube, self.policies, PolicyTally(),
             lambda name, delay: self.queue.add_after((TRAINJOB_POLICY, "", name), delay),
             interval=settings.policy_status_interval)
-        metrics.watch_policy_results(self.policy_results)
         self.trainjob_reconciler = TrainJobReconciler(
             kube,
             TrainJobCaches(
@@ -254,6 +253,11 @@ class Controller:
                 add((TRAINJOB, ns, name))
 
         def namespace_changed(ev: CacheEvent) -> None:
+            if ev.type == "ADDED" and object_key(ev.obj)[1] == snapshot_namespace:
+                # The snapshot namespace created late: the jobs backing off on ControllerMisconfigured build now.
+                for ns, name in rechecked_trainjobs(self.trainjobs.items()):
+                    add((TRAINJOB, ns, name))
+                return
             # Only label changes matter: a namespace that was just ADDED (or listed at start) holds no job this
             # replica has not queued anyway.
             if ev.type != "MODIFIED" or (ev.old is not None and object_labels(ev.old) == object_labels(ev.obj)):
@@ -312,6 +316,14 @@ class Controller:
     async def wait_synced(self) -> None:
         await asyncio.gather(*(inf.synced.wait() for inf in self._required))
 
+    def probe(self) -> Probe:
+        """/readyz: the caches' own state and the snapshot namespace in the Namespace cache (no API call)."""
+        states = [readiness.CacheState(inf.resource, inf.synced.is_set(), inf.not_served, inf.last_error)
+                  for inf in self._required]
+        where = self.settings.snapshot_namespace
+        return readiness.probe(readiness.problems(states, snapshot_namespace=where,
+                                                  snapshot_namespace_exists=self.namespaces.get(where) is not None))
+
     async def stop_caches(self) -> None:
         await asyncio.gather(*(inf.stop() for inf in self._informers))
 
@@ -357,13 +369,6 @@ class Controller:
             self._add((RUNTIME_SNAPSHOT, ns, name))
         for _, name in self.policies.keys():
             self._add((TRAINJOB_POLICY, "", name))
-
-    def policy_results(self) -> dict[str, Counts]:
-        """Each existing policy's counts, while leading: a standby evaluates nothing (its tally is empty or stale
-        from an earlier term), so it exports none and a sum over replicas stays right."""
-        if not self._workers:
-            return {}
-        return {name: self.policy_status.tally.counts(name) for _, name in self.policies.keys()}
 
     def observe_queue(self) -> None:
         self.metrics.queue_depth.set(len(self.queue))

@@ -136,7 +136,7 @@ async def serve_controller(args: argparse.Namespace) -> int:
     runner = None
     address = _host_port(args.metrics_bind_address)
     if address is not None:
-        runner = await serve(metrics, address[0], address[1], ready=lambda: controller.synced,
+        runner = await serve(metrics, address[0], address[1], probe=controller.probe,
                              before_scrape=controller.observe_queue)
     try:
         controller.start_caches()

@@ -26,6 +26,8 @@ Per reconcile, reading only from the watch caches except where a write must be e
    JobSet so patches made while suspended take effect.
    A build failure is recorded as a Warning event ``TrainJobResourcesCreationFailed`` and retried with backoff,
    after the status below is still brought up to date.
+   A snapshot that cannot be created because ``--snapshot-namespace`` does not exist is the admin's to fix: one
+   Warning ``ControllerMisconfigured`` per job naming the fix (not one per retry), retried the same way.
 4. Status from ``status.next_status`` (pure), written as a JSON merge patch on ``/status`` only when it changed,
    guarded by the resourceVersion we computed it from (a stale cache yields a conflict and a retry, never an
    older status). The deadline deletes the JobSet and the caller requeues at the next deadline.
@@ -68,7 +70,7 @@ from trainguard.webhook.runtime import (
 from trainguard.webhook.runtime.names import DATASET_CACHE_ANNOTATION
 from trainguard.webhook.runtime.snapshot import snapshot_name, snapshot_owner
 
-from trainguard.controller.reconcile import enforcement, quota
+from trainguard.controller.reconcile import enforcement, quota, readiness
 from trainguard.controller.reconcile import status as st
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.multikueue import dispatched_state
@@ -119,6 +121,14 @@ class ReconcileError(Exception):
 
 class RuntimeNotFound(Exception):
     pass
+
+
+class ControllerMisconfigured(ReconcileError):
+    """The controller cannot reconcile any job until the admin fixes its setup (the message says how), e.g. its
+    snapshot namespace does not exist; /readyz reports the same (``readiness``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(readiness.REASON_MISCONFIGURED, message)
 
 
 class ObjectWriteFailed(Exception):
@@ -191,6 +201,9 @@ class TrainJobReconciler:
         self._secrets_ensured: dict[str, set[str]] = {}
         # TrainJob UID -> the PolicyDenied event last recorded for it: one event per denial, not per reconcile.
         self._denial_noted: dict[str, str] = {}
+        # TrainJob UID -> the ControllerMisconfigured event last recorded for it: once per job per distinct fix,
+        # not once per retry; a reconcile that gets past it forgets it.
+        self._misconfigured_noted: dict[str, str] = {}
         # TrainJob UID -> the Audit findings already recorded as PolicyViolation events: each once per job.
         self._audit_noted: dict[str, set[AuditFinding]] = {}
         # Running jobs: TrainJob UID -> (policy view generation, TrainJob generation) last checked.
@@ -202,6 +215,7 @@ class TrainJobReconciler:
         """The TrainJob is gone: drop what was remembered about it."""
         self._secrets_ensured.pop(trainjob_uid, None)
         self._denial_noted.pop(trainjob_uid, None)
+        self._misconfigured_noted.pop(trainjob_uid, None)
         self._audit_noted.pop(trainjob_uid, None)
         self._running_checked.pop(trainjob_uid, None)
         if self._policy_results is not None:
@@ -253,6 +267,9 @@ class TrainJobReconciler:
             except PolicyBlocked as err:
                 blocked = str(err)
                 check = err.check
+            except ControllerMisconfigured as err:
+                await self._note_misconfigured(trainjob, str(err))
+                build_error = err
             except (BuildError, InvalidRuntimeSnapshot, RuntimeNotFound, ObjectWriteFailed) as err:
                 message = str(err)
                 if len(message) > MAX_EVENT_ERROR:
@@ -287,6 +304,14 @@ class TrainJobReconciler:
         if build_error is not None:
             raise build_error
         return Result(requeue_after=decision.requeue_after)
+
+    async def _note_misconfigured(self, trainjob: Object, message: str) -> None:
+        uid = TrainJob(trainjob).metadata.uid
+        if self._misconfigured_noted.get(uid) == message:
+            return
+        await self._events.record(trainjob, "Warning", readiness.REASON_MISCONFIGURED,
+                                  _truncate(f"trainguard cannot reconcile this TrainJob: {message}"))
+        self._misconfigured_noted[uid] = message
 
     async def _note_denial(self, trainjob: Object, check: PolicyCheck, *, running: bool) -> None:
         """One Warning ``PolicyDenied`` per denial of this job (a new one when the denial changes); an allowed
@@ -348,6 +373,7 @@ class TrainJobReconciler:
         meta = TrainJob(trainjob).metadata
         name, namespace = meta.name, meta.namespace
         runtime = await self._runtime(trainjob)
+        self._misconfigured_noted.pop(meta.uid, None)
         existing_jobset = self._caches.jobsets.get(name, namespace)
         dataset_cache = None
         cache_name = meta.annotations.get(DATASET_CACHE_ANNOTATION)
@@ -434,6 +460,9 @@ class TrainJobReconciler:
         try:
             await self._kube.create(CONFIGMAPS, build_runtime_snapshot(trainjob, live, where))
             return live
+        except NotFound as err:
+            # ConfigMaps are always served: a 404 on create is the namespace itself missing.
+            raise ControllerMisconfigured(readiness.snapshot_namespace_missing(where)) from err
         except AlreadyExists:
             # Our cache is behind: a snapshot exists already and is the truth, whatever the runtime says now.
             snap = await self._kube.get(CONFIGMAPS, snapshot_name(uid), where)

@@ -65,6 +65,7 @@ from trainguard.webhook.dataset_cache_flags import add_dataset_cache_flags, data
 from trainguard.webhook.kube.client import KubeClient
 from trainguard.webhook.kube.config import load_config
 from trainguard.webhook.kube.snapshot import ClusterCaches
+from trainguard.webhook.kube.served import unserved
 from trainguard.webhook.policy.dataset_cache import DatasetCacheSources
 from trainguard.webhook.policy.verdict import ClusterSnapshot
 
@@ -223,7 +224,8 @@ async def serve(args: argparse.Namespace) -> int:
     runners: list[web.AppRunner] = []
     background: list[asyncio.Task[None]] = []
     try:
-        health = web.AppRunner(health_app(Readiness(lambda: serving.loaded, caches.sync_state), metrics), access_log=None)
+        readiness = Readiness(lambda: serving.loaded, caches.sync_state, lambda: unserved(caches.informers.values()))
+        health = web.AppRunner(health_app(readiness, metrics), access_log=None)
         await health.setup()
         runners.append(health)
         await GatedSite(health, args.bind_address, args.health_port, ssl_context=None, limits=health_limits,

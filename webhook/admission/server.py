@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from aiohttp import web
 
@@ -368,16 +368,20 @@ def _dumps(value: Any) -> str:
 
 @dataclass
 class Readiness:
-    """What /readyz checks: certificates loaded and caches synced (each a zero-argument callable)."""
+    """What /readyz checks: certificates loaded, caches synced and no needed kind unserved (each a zero-argument
+    callable; ``problems``: one line per reason with its fix, e.g. ``kube.served.unserved``)."""
 
     certificates_loaded: Callable[[], bool]
     caches_synced: Callable[[], Mapping[str, bool]]
+    problems: Callable[[], Sequence[str]] = tuple
 
 
 def health_app(readiness: Readiness, metrics: AdmissionMetrics) -> web.Application:
     def probe() -> Probe:
         certs = readiness.certificates_loaded()
         caches = dict(readiness.caches_synced())
-        return Probe(certs and all(caches.values()), {"certificates": certs, "caches": caches})
+        problems = list(readiness.problems())
+        return Probe(certs and all(caches.values()) and not problems,
+                     {"certificates": certs, "caches": caches, "problems": problems})
 
     return probe_app(ready=probe, metrics=metrics.render)

@@ -14,7 +14,8 @@ The loop is client-go's reflector in miniature:
   logged and retried the same way: the loop never dies while ``synced`` stays set over a cache that stopped.
 * ``absent_ok``: a type the apiserver does not serve (404 on list or watch: an optional CRD, e.g. Kueue's, not
   installed) is an empty, synced cache that keeps looking with the same backoff, so an optional kind never holds
-  readiness back and is picked up once its CRD is installed.
+  readiness back and is picked up once its CRD is installed. Any informer answered 404 sets ``not_served`` (and
+  every failure ``last_error``) until a list succeeds, so /readyz can name an unserved CRD without asking again.
 
 Handlers are plain functions called with a ``CacheEvent`` after the store has changed, in the event loop; they must
 not block (the reconciler's work queue only records a key). A handler that raises is logged and skipped.
@@ -120,6 +121,10 @@ class Informer:
         self.absent_ok = absent_ok
         # True while the apiserver answers 404 for the type itself (``absent_ok`` only).
         self.absent = False
+        # True while list/watch answers 404 for the type (any informer: a required CRD absent, or not at this
+        # version); ``last_error`` is the last failure's text. Both cleared by a list that succeeds.
+        self.not_served = False
+        self.last_error = ""
         self.namespace = namespace
         self.label_selector = label_selector
         self._source = source
@@ -188,6 +193,8 @@ class Informer:
                     self._replace(items, rv)
                     need_list = False
                     self.absent = False
+                    self.not_served = False
+                    self.last_error = ""
                     self.synced.set()
                 received = 0
                 async for event in self._source.watch(
@@ -216,6 +223,8 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                self.not_served = isinstance(e, ApiError) and e.code == 404
+                self.last_error = f"{type(e).__name__}: {e}"
                 if isinstance(e, NotFound) and self.absent_ok:
                     need_list = True
                     await self._absent(e)

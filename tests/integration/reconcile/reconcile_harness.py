@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
@@ -75,23 +76,31 @@ class ControllerProcess:
         self.args += list(extra)  # e.g. the admin's --dataset-cache-allowed-host-path
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "ControllerProcess":
+    def start(self, *, wait_ready: bool = True) -> "ControllerProcess":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
-        wait_for(f"controller {self.identity} /readyz", self.ready, timeout=60)
+        if wait_ready:
+            wait_for(f"controller {self.identity} /readyz", self.ready, timeout=60)
         return self
 
     def ready(self) -> bool:
+        answer = self.readyz()
+        return answer is not None and answer[0] == 200
+
+    def readyz(self) -> tuple[int, str] | None:
+        """/readyz's status and body; None while nothing listens yet."""
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"controller {self.identity} exited {self.proc.returncode}:\n{self.log()}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as resp:
-                return resp.status == 200
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
         except OSError:
-            return False
+            return None
 
     def metrics(self) -> dict[str, float]:
         """Prometheus samples by their full name with labels, e.g. 'trainguard_leader' or 'x{a="b"}'."""

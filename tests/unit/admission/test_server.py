@@ -268,6 +268,20 @@ async def test_health_readiness_and_metrics() -> None:
     assert "trainguard_admission_duration_seconds" in text
 
 
+async def test_readiness_names_an_unserved_kind_with_its_fix() -> None:
+    """Certificates loaded and caches synced, but a kind the webhook needs answers 404 (its CRD deleted or not at
+    the version read): 503, the problem in the body."""
+    metrics = AdmissionMetrics()
+    state = {"problems": ["jobsets.jobset.x-k8s.io jobset.x-k8s.io/v1alpha2 is not served: install it"]}
+    app = health_app(Readiness(lambda: True, lambda: {"jobsets": True}, lambda: state["problems"]), metrics)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/readyz")
+        assert resp.status == 503 and (await resp.json())["problems"] == state["problems"]
+        state["problems"] = []
+        resp = await client.get("/readyz")
+        assert resp.status == 200 and (await resp.json())["problems"] == []
+
+
 async def test_each_review_logs_one_structured_line(server, json_logs) -> None:
     client, _, _ = server
     await post(client, MUTATE, review(MUTATE, uid="log-uid"))

@@ -235,3 +235,41 @@ async def test_a_list_that_keeps_expiring_backs_off() -> None:
     await inf.stop()
     assert sleep.delays == [0.2, 0.4]
     assert src.watch_from[-1] == "9"
+
+
+async def test_a_required_kind_answered_404_is_marked_not_served_until_it_lists() -> None:
+    """A kind the informer needs (not ``absent_ok``) that the apiserver does not serve stays unsynced and says so
+    (``not_served``, the error kept), for /readyz to name the CRD; a later successful list clears both."""
+    src = FakeSource()
+    sleep = RecordingSleep()
+    src.lists.append(ApiError(404, "NotFound", "the server could not find the requested resource"))
+    src.lists.append(([], "1"))
+    inf, _ = make(src, sleep)
+    seen: list[tuple[bool, bool, str]] = []
+    original = src.list_all
+
+    async def observing(*a, **kw):
+        seen.append((inf.synced.is_set(), inf.not_served, inf.last_error))
+        return await original(*a, **kw)
+
+    src.list_all = observing  # type: ignore[method-assign]
+    await run_until_idle(src, inf)
+    await inf.stop()
+    assert seen[0] == (False, False, "")
+    assert seen[1][:2] == (False, True) and "could not find the requested resource" in seen[1][2]
+    assert inf.synced.is_set() and not inf.not_served and inf.last_error == ""
+
+
+def test_unserved_names_each_required_kind_once_and_never_an_optional_one() -> None:
+    from trainguard.webhook.kube.resources import TRAINJOBS, WORKLOADS
+    from trainguard.webhook.kube.served import unserved
+
+    src = FakeSource()
+    required = [Informer(src, TRAINJOBS), Informer(src, TRAINJOBS, namespace="a"), Informer(src, JOBSETS)]
+    optional = Informer(src, WORKLOADS, absent_ok=True)
+    assert unserved([*required, optional]) == []
+    for inf in (*required[:2], optional):
+        inf.not_served = True
+    (line,) = unserved([*required, optional])
+    assert line.startswith("trainjobs.trainer.kubeflow.org trainer.kubeflow.org/v1alpha1 is not served")
+    assert "Kubeflow Trainer's CRDs at v1alpha1" in line and "kubectl get crd trainjobs.trainer.kubeflow.org" in line

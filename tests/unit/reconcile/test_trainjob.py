@@ -313,3 +313,42 @@ async def test_size_labels_are_written_back_when_a_user_edits_them_and_not_rewri
     r, kube, _ = reconciler(settled, rt=runtime())
     await r.reconcile("ns", "job")
     assert not [c for c in kube.calls if c[0] == "patch" and c[3] is None]
+
+
+class NoSnapshotNamespace(FakeKube):
+    """The apiserver without the snapshot namespace: a ConfigMap create there is 404 (as the real one answers)."""
+
+    async def create(self, resource, obj, namespace=None):
+        if resource.kind == "ConfigMap" and obj["metadata"].get("namespace") == SNAPSHOTS and self.missing:
+            self.calls.append(("create", resource.kind, obj["metadata"]["name"]))
+            raise NotFound(404, "NotFound", f'namespaces "{SNAPSHOTS}" not found')
+        return await super().create(resource, obj, namespace)
+
+
+async def test_a_missing_snapshot_namespace_is_one_warning_naming_the_fix() -> None:
+    """Retried reconciles of a job the controller cannot build because its snapshot namespace does not exist: one
+    Warning ``ControllerMisconfigured`` that says what the admin must do, an error naming the same fix (the
+    controller's log line), and once the namespace exists the job is built and a later misconfiguration is told
+    again."""
+    r, _, events = reconciler(trainjob(), rt=runtime())
+    kube = NoSnapshotNamespace()
+    kube.missing = True
+    r._kube = kube
+    for _ in range(4):
+        with pytest.raises(ReconcileError) as err:
+            await r.reconcile("ns", "job")
+        assert err.value.reason == "ControllerMisconfigured"
+        assert f'snapshot namespace "{SNAPSHOTS}" does not exist' in str(err.value)
+        assert f"kubectl create namespace {SNAPSHOTS}" in str(err.value)
+    warnings = [e for e in events.events if e[1] == "ControllerMisconfigured"]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning"
+    assert f"kubectl create namespace {SNAPSHOTS}" in warnings[0][2] and "--snapshot-namespace" in warnings[0][2]
+    assert ("apply", "JobSet", "job") not in kube.verbs()
+    kube.missing = False
+    await r.reconcile("ns", "job")
+    assert ("apply", "JobSet", "job") in kube.verbs()
+    del kube.existing[("ConfigMap", SNAPSHOT)]
+    kube.missing = True
+    with pytest.raises(ReconcileError):
+        await r.reconcile("ns", "job")
+    assert len([e for e in events.events if e[1] == "ControllerMisconfigured"]) == 2
