@@ -40,7 +40,9 @@ from trainguard.controller.reconcile.quota import JOB_UID_LABEL, WorkloadIndex, 
 from trainguard.controller.reconcile.events import EventRecorder
 from trainguard.controller.reconcile.gates import gated_pod_view, pods_to_cache_keys
 from trainguard.controller.reconcile.metrics import Metrics, start_counting
-from trainguard.controller.reconcile.policy_status import PolicyStatusReconciler, PolicyTally, only_status_changed
+from trainguard.controller.reconcile.policy_status import (
+    Counts, PolicyStatusReconciler, PolicyTally, only_status_changed,
+)
 from trainguard.controller.reconcile.queue import ShutDown, WorkQueue
 from trainguard.controller.reconcile import readiness
 from trainguard.webhook.api.apimachinery import controller_owner
@@ -183,6 +185,7 @@ class Controller:
             kube, self.policies, PolicyTally(),
             lambda name, delay: self.queue.add_after((TRAINJOB_POLICY, "", name), delay),
             interval=settings.policy_status_interval)
+        metrics.watch_policy_results(self.policy_results)
         self.trainjob_reconciler = TrainJobReconciler(
             kube,
             TrainJobCaches(
@@ -369,6 +372,13 @@ class Controller:
             self._add((RUNTIME_SNAPSHOT, ns, name))
         for _, name in self.policies.keys():
             self._add((TRAINJOB_POLICY, "", name))
+
+    def policy_results(self) -> dict[str, Counts]:
+        """Each existing policy's counts, while leading: a standby evaluates nothing (its tally is empty or stale
+        from an earlier term), so it exports none and a sum over replicas stays right."""
+        if not self._workers:
+            return {}
+        return {name: self.policy_status.tally.counts(name) for _, name in self.policies.keys()}
 
     def observe_queue(self) -> None:
         self.metrics.queue_depth.set(len(self.queue))

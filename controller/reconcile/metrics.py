@@ -12,13 +12,18 @@ Watches and list calls of the caches run in their own tasks with no counter and 
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from trainguard.process.probes import Probe, probe_app, serve_probes
 from trainguard.webhook.kube.client import KubeClient
+
+if TYPE_CHECKING:  # not imported at run time: it pulls in the policy model, which `--help` does not need
+    from trainguard.controller.reconcile.policy_status import Counts
 
 _requests: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("trainguard_api_requests", default=None)
 
@@ -59,9 +64,39 @@ class Metrics:
         self.leader = Gauge("trainguard_leader", "1 while this replica holds the leader Lease.", registry=r)
         self.leadership_lost = Counter("trainguard_leadership_lost", "Times this replica lost the Lease and went "
                                        "back to campaigning.", registry=r)
+        self._policy_results: Callable[[], Mapping[str, Counts]] = dict
+        r.register(_PolicyResults(lambda: self._policy_results()))
+
+    def watch_policy_results(self, counts: Callable[[], Mapping[str, Counts]]) -> None:
+        """``trainguard_policy_results`` is read from ``counts`` at scrape time: the policy status tally's own
+        counts (no second evaluation), one entry per existing policy, so a deleted policy leaves no series."""
+        self._policy_results = counts
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PolicyResults(Collector):
+    """``trainguard_policy_results{policy,result}``: unfinished TrainJobs a policy selects, by result (pass, warn,
+    fail). Built afresh on each scrape rather than kept in a Gauge, so no series outlives its policy; three series
+    per policy."""
+
+    NAME = "trainguard_policy_results"
+
+    def __init__(self, counts: Callable[[], Mapping[str, Counts]]) -> None:
+        self._counts = counts
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, self._HELP, labels=["policy", "result"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self._HELP, labels=["policy", "result"])
+        for policy, c in sorted(self._counts().items()):
+            for result, value in (("pass", c.passed), ("warn", c.warned), ("fail", c.failed)):
+                family.add_metric([policy, result], value)
+        yield family
+
+    _HELP = "Unfinished TrainJobs a TrainJobPolicy selects, by result (the policy's status.trainJobs)."
 
 
 async def serve(metrics: Metrics, host: str, port: int, probe: Callable[[], Probe],

@@ -42,7 +42,11 @@ def policy(cluster: Any, namespace: str) -> Iterator[str]:
                  "selector": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
                  "limits": {"maxNodes": 4}}})
     yield name
-    custom.delete_cluster_custom_object(*POLICIES, name)
+    try:
+        custom.delete_cluster_custom_object(*POLICIES, name)
+    except client.ApiException as err:
+        if err.status != 404:  # the test deleted it itself
+            raise
 
 
 def counts_are(custom: client.CustomObjectsApi, name: str, **want: int):
@@ -61,6 +65,12 @@ def counts_are(custom: client.CustomObjectsApi, name: str, **want: int):
 def status_writes(controller: ControllerProcess) -> float:
     """API requests of the policy status reconciles: it reads from its cache, so each one is a status write."""
     return controller.metrics().get('trainguard_reconcile_api_requests_sum{kind="TrainJobPolicy"}', 0.0)
+
+
+def policy_results(controller: ControllerProcess, name: str) -> dict[str, float]:
+    """``trainguard_policy_results{policy=name}`` from a real scrape, result -> value ({} when no series)."""
+    prefix = f'trainguard_policy_results{{policy="{name}",result="'
+    return {k[len(prefix):-2]: v for k, v in controller.metrics().items() if k.startswith(prefix)}
 
 
 def table(cluster: Any, name: str) -> dict[str, str]:
@@ -93,6 +103,7 @@ def test_policy_status_counts_follow_the_policy_and_the_trainjobs(cluster, names
         wait_for("1 pass, 1 warn", counts_are(custom, policy, selected=2, **{"pass": 1}, warn=1, fail=0))
         row = table(cluster, policy)
         assert (row["MODE"], row["SELECTED"], row["PASS"], row["WARN"], row["FAIL"]) == ("Audit", "2", "1", "1", "0")
+        assert policy_results(controller, policy) == {"pass": 1, "warn": 1, "fail": 0}
 
         # Enforce: the warning becomes a failure (and the big job is Blocked).
         custom.patch_cluster_custom_object(*POLICIES, policy, {"spec": {"mode": "Enforce"}})
@@ -102,6 +113,7 @@ def test_policy_status_counts_follow_the_policy_and_the_trainjobs(cluster, names
                  lambda: api.trainjob("big")["metadata"].get("labels", {}).get("trainguard.io/state") == "Blocked")
         row = table(cluster, policy)
         assert (row["MODE"], row["READY"], row["PASS"], row["WARN"], row["FAIL"]) == ("Enforce", "True", "1", "0", "1")
+        assert policy_results(controller, policy) == {"pass": 1, "warn": 0, "fail": 1}
 
         # The failing job deleted: it leaves the counts.
         custom.delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "big")
@@ -131,5 +143,11 @@ def test_policy_status_counts_follow_the_policy_and_the_trainjobs(cluster, names
         time.sleep(1.5)  # three intervals
         assert status_writes(controller) == writes
         assert custom.get_cluster_custom_object(*POLICIES, policy)["metadata"]["resourceVersion"] == rv
+
+        # The policy deleted: its series leave the scrape (none stale).
+        assert policy_results(controller, policy) == {"pass": 0, "warn": 0, "fail": 41}
+        custom.delete_cluster_custom_object(*POLICIES, policy)
+        wait_for("no trainguard_policy_results series of the deleted policy",
+                 lambda: policy_results(controller, policy) == {})
     finally:
         controller.kill()

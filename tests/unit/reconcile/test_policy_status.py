@@ -229,3 +229,44 @@ async def test_a_job_deleted_during_its_reconcile_is_not_counted_again() -> None
     kube.create = create_then_delete  # the runtime snapshot's create, before the policy check
     await r.reconcile("ns", "job")
     assert sink.tally.counts("loose").selected == 0
+
+
+# ---- the metric -----------------------------------------------------------------------------------------------------
+
+def policy_result_samples(metrics) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.labels["policy"], s.labels["result"]): s.value
+            for family in text_string_to_metric_families(metrics.render().decode())
+            for s in family.samples if s.name == "trainguard_policy_results"}
+
+
+async def test_policy_results_are_the_tallys_counts_per_existing_policy_while_leading() -> None:
+    """``trainguard_policy_results{policy,result}``: the same counts the status shows, three series per policy that
+    exists, none left once it is deleted, and none from a replica that is not leading (it evaluates nothing)."""
+    from trainguard.controller.reconcile.controller import Controller, Settings
+    from trainguard.controller.reconcile.metrics import Metrics
+    from trainguard.webhook.kube.client import WatchEvent
+
+    metrics = Metrics()
+    controller = Controller(None, Settings(snapshot_namespace="tg-system"), metrics, "me")  # type: ignore[arg-type]
+    for i, name in enumerate(("p", "q", "idle")):
+        controller.policies._apply(WatchEvent("ADDED", {"metadata": {"name": name, "resourceVersion": str(i + 1)}}))
+    tally = controller.policy_status.tally
+    tally.record("a", [PolicyResult("p", PASS), PolicyResult("q", FAIL)])
+    tally.record("b", [PolicyResult("p", WARN), PolicyResult("q", FAIL)])
+    tally.record("c", [PolicyResult("gone", FAIL)])  # a policy the cache no longer has: not exported
+    assert policy_result_samples(metrics) == {}, "a standby exports nothing"
+    controller.start_workers()
+    try:
+        assert policy_result_samples(metrics) == {
+            ("p", "pass"): 1, ("p", "warn"): 1, ("p", "fail"): 0,
+            ("q", "pass"): 0, ("q", "warn"): 0, ("q", "fail"): 2,
+            ("idle", "pass"): 0, ("idle", "warn"): 0, ("idle", "fail"): 0}
+        tally.forget("b")
+        assert policy_result_samples(metrics)[("q", "fail")] == 1 and policy_result_samples(metrics)[("p", "warn")] == 0
+        controller.policies._apply(WatchEvent("DELETED", {"metadata": {"name": "q", "resourceVersion": "9"}}))
+        assert {p for p, _ in policy_result_samples(metrics)} == {"p", "idle"}, "a deleted policy leaves no series"
+    finally:
+        await controller.abort_workers()
+    assert policy_result_samples(metrics) == {}, "leadership lost: nothing exported"
