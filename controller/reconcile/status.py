@@ -53,7 +53,7 @@ from trainguard.webhook.api import constants as api_constants
 from trainguard.webhook.api.apimachinery import format_time, parse_time
 from trainguard.webhook.api.constants import LABEL_GPUS, LABEL_NODES, LABEL_STATE, LABEL_TRAINJOB_ANCESTOR
 from trainguard.webhook.api.views import Condition, JobSet, TrainJob, find_condition
-from trainguard.webhook.runtime.resources import gpu_count
+from trainguard.webhook.runtime.resources import gpus_of, pod_requests
 
 Object = dict[str, Any]
 
@@ -316,15 +316,12 @@ def next_status(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, n
 
 def job_size(jobset: Mapping[str, Any]) -> dict[str, str]:
     """The Nodes and GPUs labels from the JobSet as built: the trainer's pods (Jobs x parallelism), and the GPUs of
-    every pod (a pod asks for the larger of its containers' sum and its largest init container, as the scheduler
-    counts)."""
+    every pod, counted from its effective requests as the scheduler counts them (``resources.pod_requests``)."""
     trainers = set(_trainer_jobs(jobset))
     nodes = gpus = 0
     for job in JobSet(jobset).replicated_jobs:
         pods = job.replicas * (job.parallelism if job.parallelism is not None else 1)
-        per_pod = max(sum(gpu_count(c.resources) for c in job.containers()),
-                      max((gpu_count(c.resources) for c in job.containers(init=True)), default=0))
-        gpus += pods * per_pod
+        gpus += pods * gpus_of(pod_requests(job.pod_spec))
         if job.name in trainers:
             nodes += pods
     return {NODES_LABEL: str(nodes), GPUS_LABEL: str(gpus)}
