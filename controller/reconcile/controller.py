@@ -133,6 +133,9 @@ class Settings:
     cache_agent_resources: AgentResources = field(default_factory=AgentResources)
     # At most one status write per TrainJobPolicy per this many seconds (a burst of TrainJob events is coalesced).
     policy_status_interval: float = 2.0
+    # Every this many seconds each unfinished TrainJob is checked against the policies again (0: never): a safety net
+    # for a change no watch delivered (every input of the check is watched and rechecks at once).
+    policy_rescan_interval: float = 3600.0
 
 
 class Controller:
@@ -209,6 +212,7 @@ class Controller:
         )
         self._wire_handlers()
         self._workers: list[asyncio.Task[None]] = []
+        self._rescans: asyncio.Task[None] | None = None
 
     # ---- caches -------------------------------------------------------------------------------------------
     def _add(self, key: Key) -> None:
@@ -341,6 +345,8 @@ class Controller:
             self.requeue_all()
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}"))
+        if self.settings.policy_rescan_interval > 0 and self._rescans is None:
+            self._rescans = asyncio.create_task(self._rescan_periodically(), name="policy-rescan")
 
     async def shutdown_workers(self, grace: float | None = None) -> None:
         """Hand out no more keys, let every in-flight reconcile finish (at most ``grace`` seconds; None: no
@@ -358,10 +364,12 @@ class Controller:
         reconciling the same objects, so finishing ours would race it)."""
         if not self.queue.shutting_down:
             self.queue.begin_shutdown()
-        for task in self._workers:
+        tasks = [*self._workers, *([self._rescans] if self._rescans else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._workers.clear()
+        self._rescans = None
 
     def requeue_all(self) -> None:
         for ns, name in self.trainjobs.keys():
@@ -372,6 +380,22 @@ class Controller:
             self._add((RUNTIME_SNAPSHOT, ns, name))
         for _, name in self.policies.keys():
             self._add((TRAINJOB_POLICY, "", name))
+
+    def rescan(self) -> int:
+        """Queue every unfinished TrainJob for the policy check (the same reconcile a policy change triggers: the
+        webhook's own pure check, no second implementation); the number queued."""
+        jobs = rechecked_trainjobs(self.trainjobs.items())
+        for ns, name in jobs:
+            self._add((TRAINJOB, ns, name))
+        self.metrics.policy_rescans.inc()
+        self.metrics.policy_rescan_jobs.set(len(jobs))
+        return len(jobs)
+
+    async def _rescan_periodically(self) -> None:
+        # The first scan one interval after leading: starting to lead already queued every object.
+        while True:
+            await asyncio.sleep(self.settings.policy_rescan_interval)
+            log.info("policy rescan: %d unfinished TrainJobs queued", self.rescan())
 
     def policy_results(self) -> dict[str, Counts]:
         """Each existing policy's counts, while leading: a standby evaluates nothing (its tally is empty or stale

@@ -35,6 +35,17 @@ from trainguard.controller.reconcile.metrics import CountingKubeClient, Metrics,
 log = logging.getLogger("trainguard.controller")
 
 
+
+def seconds_or_never(text: str) -> float:
+    """A number of seconds >= 0 (0: never)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more (0: never): {text!r}")
+    return value
+
 def configure(parser: argparse.ArgumentParser) -> Run:
     parser.description = "Reconcile TrainJobs into JobSets (and DatasetCaches into agent DaemonSets)."
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, in-cluster, ~/.kube)")
@@ -68,6 +79,9 @@ def configure(parser: argparse.ArgumentParser) -> Run:
                              "(default: $POD_NAMESPACE, else --leader-elect-namespace, else trainguard-system)")
     parser.add_argument("--policy-status-interval", type=float, default=2.0, metavar="SECONDS",
                         help="at most one status write per TrainJobPolicy per this many seconds (default %(default)s)")
+    parser.add_argument("--policy-rescan-interval", type=seconds_or_never, default=3600.0, metavar="SECONDS",
+                        help="check every unfinished TrainJob against the policies again this often, a safety net "
+                             "for a change no watch delivered (default %(default)s; 0: never)")
     parser.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
                         help="seconds in-flight reconciles may take to finish on SIGTERM before they are cancelled")
     parser.add_argument("--log-level", default="INFO")
@@ -128,6 +142,7 @@ async def serve_controller(args: argparse.Namespace) -> int:
                  watch_podgroups=not args.no_podgroups, dataset_cache_sources=sources,
                  dataset_cache_agents=agents, cache_agent_resources=resources,
                  policy_status_interval=args.policy_status_interval,
+                 policy_rescan_interval=args.policy_rescan_interval,
                  snapshot_namespace=(args.snapshot_namespace or os.environ.get("POD_NAMESPACE")
                                      or args.leader_elect_namespace or "trainguard-system")),
         metrics,

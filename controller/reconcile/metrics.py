@@ -64,6 +64,10 @@ class Metrics:
         self.leader = Gauge("trainguard_leader", "1 while this replica holds the leader Lease.", registry=r)
         self.leadership_lost = Counter("trainguard_leadership_lost", "Times this replica lost the Lease and went "
                                        "back to campaigning.", registry=r)
+        self.policy_rescans = Counter("trainguard_policy_rescans_total", "Periodic policy rescans started "
+                                      "(--policy-rescan-interval).", registry=r)
+        self.policy_rescan_jobs = Gauge("trainguard_policy_rescan_jobs", "Unfinished TrainJobs the last periodic "
+                                        "policy rescan queued.", registry=r)
         self._policy_results: Callable[[], Mapping[str, Counts]] = dict
         r.register(_PolicyResults(lambda: self._policy_results()))
 

@@ -208,6 +208,16 @@ def expect_service_monitor(docs: list[dict[str, Any]]) -> None:
         assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
 
 
+def expect_policy_rescan_every_ten_minutes(docs: list[dict[str, Any]]) -> None:
+    from trainguard.controller.reconcile.main import seconds_or_never
+
+    (controller,) = [d for d in docs if d["kind"] == "Deployment"
+                     and d["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"]
+    (container,) = controller["spec"]["template"]["spec"]["containers"]
+    (flag,) = [a for a in container["args"] if a.startswith("--policy-rescan-interval=")]
+    assert seconds_or_never(flag.split("=", 1)[1]) == 600
+
+
 def expect_no_crds(docs: list[dict[str, Any]]) -> None:
     assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
 
@@ -235,6 +245,8 @@ MATRIX = [
     pytest.param({"serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s",
                                      "labels": {"release": "prometheus"}}}, expect_service_monitor, id="servicemonitor"),
     pytest.param({"crds": {"enabled": False}}, expect_no_crds, id="crds-off"),
+    pytest.param({"controller": {"policyRescanInterval": 600}}, expect_policy_rescan_every_ten_minutes,
+                 id="policy-rescan-interval"),
 ]
 
 
@@ -278,6 +290,8 @@ BAD_VALUES = [
                  id="short-form-priority-classes"),
     pytest.param({"policies": [{"name": "default", "spec": {}}], "defaultPolicy": {"enabled": True}},
                  'TrainJobPolicy "default" is defined twice', id="duplicate-policy"),
+    pytest.param({"controller": {"policyRescanInterval": -1}},
+                 "at '/controller/policyRescanInterval': minimum: got -1, want 0", id="policy-rescan-interval"),
     pytest.param({"serviceMonitor": {"interval": "often"}}, "at '/serviceMonitor/interval': 'often' does not match pattern",
                  id="servicemonitor-interval"),
 ]
