@@ -219,6 +219,13 @@ class Controller:
         # Always the current queue: a replica that leads again gets a fresh one (``start_workers``).
         self.queue.add(key)
 
+    def _recheck_trainjobs(self, namespace: str | None = None) -> int:
+        """Queue every unfinished TrainJob (in ``namespace`` when given) for the policy check; the number queued."""
+        jobs = rechecked_trainjobs(self.trainjobs.items(), namespace)
+        for ns, name in jobs:
+            self._add((TRAINJOB, ns, name))
+        return len(jobs)
+
     def _wire_handlers(self) -> None:
         add = self._add
         snapshot_namespace = self.settings.snapshot_namespace
@@ -256,21 +263,18 @@ class Controller:
             self.policy_status.mark([object_key(ev.obj)[1]])
             if ev.type == "MODIFIED" and only_status_changed(ev.old, ev.obj):
                 return
-            for ns, name in rechecked_trainjobs(self.trainjobs.items()):
-                add((TRAINJOB, ns, name))
+            self._recheck_trainjobs()
 
         def namespace_changed(ev: CacheEvent) -> None:
             if ev.type == "ADDED" and object_key(ev.obj)[1] == snapshot_namespace:
                 # The snapshot namespace created late: the jobs backing off on ControllerMisconfigured build now.
-                for ns, name in rechecked_trainjobs(self.trainjobs.items()):
-                    add((TRAINJOB, ns, name))
+                self._recheck_trainjobs()
                 return
             # Only label changes matter: a namespace that was just ADDED (or listed at start) holds no job this
             # replica has not queued anyway.
             if ev.type != "MODIFIED" or (ev.old is not None and object_labels(ev.old) == object_labels(ev.obj)):
                 return
-            for ns, name in rechecked_trainjobs(self.trainjobs.items(), object_key(ev.obj)[1]):
-                add((TRAINJOB, ns, name))
+            self._recheck_trainjobs(object_key(ev.obj)[1])
 
         self.policies.add_handler(policy_changed)
         self.namespaces.add_handler(namespace_changed)
@@ -384,12 +388,10 @@ class Controller:
     def rescan(self) -> int:
         """Queue every unfinished TrainJob for the policy check (the same reconcile a policy change triggers: the
         webhook's own pure check, no second implementation); the number queued."""
-        jobs = rechecked_trainjobs(self.trainjobs.items())
-        for ns, name in jobs:
-            self._add((TRAINJOB, ns, name))
+        queued = self._recheck_trainjobs()
         self.metrics.policy_rescans.inc()
-        self.metrics.policy_rescan_jobs.set(len(jobs))
-        return len(jobs)
+        self.metrics.policy_rescan_jobs.set(queued)
+        return queued
 
     async def _rescan_periodically(self) -> None:
         # The first scan one interval after leading: starting to lead already queued every object.

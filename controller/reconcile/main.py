@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import socket
 import uuid
@@ -35,16 +36,16 @@ from trainguard.controller.reconcile.metrics import CountingKubeClient, Metrics,
 log = logging.getLogger("trainguard.controller")
 
 
-
 def seconds_or_never(text: str) -> float:
-    """A number of seconds >= 0 (0: never)."""
+    """A finite number of seconds >= 0 (0: never)."""
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more (0: never): {text!r}")
     return value
+
 
 def configure(parser: argparse.ArgumentParser) -> Run:
     parser.description = "Reconcile TrainJobs into JobSets (and DatasetCaches into agent DaemonSets)."

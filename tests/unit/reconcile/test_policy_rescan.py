@@ -81,3 +81,20 @@ def test_the_interval_flag_refuses_what_is_not_seconds(text: str) -> None:
 
 def test_the_interval_flag_takes_zero_and_seconds() -> None:
     assert seconds_or_never("0") == 0 and seconds_or_never("90.5") == 90.5
+
+
+async def test_a_namespace_relabelled_rechecks_its_own_unfinished_jobs_only() -> None:
+    # The same queueing the scan uses, scoped: the watch-driven recheck beside the periodic one.
+    seen: list = []
+    c = controller(0, seen)
+    c.trainjobs._apply(WatchEvent("ADDED", {**job("elsewhere"), "metadata": {
+        "name": "elsewhere", "namespace": "other", "uid": "e", "resourceVersion": "1"}}))
+    c.namespaces._apply(WatchEvent("ADDED", {"metadata": {"name": "ns", "resourceVersion": "1"}}))
+    c.start_workers()
+    await asyncio.sleep(0.1)
+    seen.clear()
+    c.namespaces._apply(WatchEvent("MODIFIED", {"metadata": {"name": "ns", "resourceVersion": "2",
+                                                             "labels": {"team": "a"}}}))
+    await asyncio.sleep(0.1)
+    await c.abort_workers()
+    assert seen == [(TRAINJOB, "ns", "running")]
